@@ -1,0 +1,170 @@
+"""The entry model: one Function under test, its samples and what it claims.
+
+Everything here is a frozen dataclass so an entry can be shared between
+processes, hashed and compared; the registry and the harness never mutate one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+VMAP_RULE = "rule"
+VMAP_GENERATED = "generated"
+VMAP_NONE = "none"
+
+GRADIENT_DERIVATIVE = "derivative"
+GRADIENT_CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One set of positional arguments for a Function (a tuple of tensors and plain values)."""
+
+    args: tuple[Any, ...]
+    name: str = ""
+
+    def tensor_positions(self) -> tuple[int, ...]:
+        return tuple(i for i, a in enumerate(self.args) if isinstance(a, torch.Tensor))
+
+
+#: A sample generator: ``fn(seed, dtype, device) -> iterable of Sample``.
+#: Called with different seeds, it must return samples of the same structure
+#: (shapes, non-tensor values) with different data, so the harness can build
+#: distinct, valid batch slices (index tensors included) from separate calls.
+SampleFn = Callable[[int, torch.dtype, str], Iterable[Sample]]
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """Per-dtype (rtol, atol); entries override what they need."""
+
+    float32: tuple[float, float] = (1.3e-5, 1e-5)
+    float64: tuple[float, float] = (1e-7, 1e-7)
+    float16: tuple[float, float] = (1e-3, 1e-3)
+    bfloat16: tuple[float, float] = (1.6e-2, 1e-2)
+    complex64: tuple[float, float] = (1.3e-5, 1e-5)
+    complex128: tuple[float, float] = (1e-7, 1e-7)
+
+    def for_dtype(self, dtype: torch.dtype) -> tuple[float, float]:
+        name = str(dtype).replace("torch.", "")
+        return getattr(self, name, self.float32)
+
+
+def _overrides(cls: type, name: str) -> bool:
+    return getattr(cls, name, None) is not getattr(torch.autograd.Function, name, None)
+
+
+def is_once_differentiable(fn: Any) -> bool:
+    """True when ``fn`` was wrapped by ``torch.autograd.function.once_differentiable``."""
+    code = getattr(fn, "__code__", None)
+    return bool(
+        code is not None
+        and getattr(fn, "__wrapped__", None) is not None
+        and code.co_name == "wrapper"
+        and code.co_filename.replace("\\", "/").endswith("torch/autograd/function.py")
+    )
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a Function claims to support. Checks a Function does not claim are `unsupported`."""
+
+    vmap: str = VMAP_RULE  # "rule" | "generated" | "none"
+    jvp: bool = False
+    backward: bool = True
+    double_backward: bool = True
+    setup_context: bool = True
+    inplace_args: tuple[int, ...] = ()
+    nondiff_outputs: tuple[int, ...] = ()
+    randomness: bool = False
+    once_differentiable: bool = False
+
+    @classmethod
+    def from_function(cls, function: type, **overrides: Any) -> Capabilities:
+        """Read the capabilities a Function class declares by what it overrides."""
+        if getattr(function, "generate_vmap_rule", False):
+            vmap = VMAP_GENERATED
+        elif _overrides(function, "vmap"):
+            vmap = VMAP_RULE
+        else:
+            vmap = VMAP_NONE
+        once = is_once_differentiable(getattr(function, "backward", None))
+        caps = cls(
+            vmap=vmap,
+            jvp=_overrides(function, "jvp") or _overrides(function, "forward_ad"),
+            backward=_overrides(function, "backward") or _overrides(function, "vjp"),
+            double_backward=not once,
+            setup_context=_overrides(function, "setup_context"),
+            once_differentiable=once,
+        )
+        return dataclasses.replace(caps, **overrides) if overrides else caps
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One Function under test.
+
+    ``op`` is what the harness calls (defaults to ``function.apply``); ``function``
+    is the autograd.Function class whose vmap rule the contract check intercepts.
+    ``linked_args`` lists groups of argument positions that are only valid together
+    (an index and its inverse): they are batched or unbatched as a group.
+    """
+
+    name: str
+    function: type
+    samples: SampleFn
+    op: Callable[..., Any] | None = None
+    caps: Capabilities = field(default_factory=Capabilities)
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    tags: frozenset[str] = frozenset()
+    linked_args: tuple[tuple[int, ...], ...] = ()
+    gradient: str = GRADIENT_DERIVATIVE
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+    description: str = ""
+    #: Functions the vmap rule itself calls (contract interception covers them too).
+    helper_functions: tuple[type, ...] = ()
+
+    @property
+    def call(self) -> Callable[..., Any]:
+        return self.op if self.op is not None else self.function.apply  # type: ignore[attr-defined]
+
+    def make_samples(
+        self, seed: int, dtype: torch.dtype = torch.float64, device: str = "cpu"
+    ) -> list[Sample]:
+        out = []
+        for s in self.samples(seed, dtype, device):
+            out.append(s if isinstance(s, Sample) else Sample(tuple(s)))
+        return out
+
+
+def entry(
+    name: str,
+    function: type,
+    samples: SampleFn,
+    *,
+    tags: Sequence[str] = (),
+    op: Callable[..., Any] | None = None,
+    **caps_and_fields: Any,
+) -> Entry:
+    """Build an Entry with capabilities read from the class, overridable by keyword.
+
+    Keywords that name a Capabilities field override that field; the others are
+    Entry fields (tolerances, linked_args, gradient, dtypes, description).
+    """
+    cap_names = {f.name for f in dataclasses.fields(Capabilities)}
+    cap_kw = {k: v for k, v in caps_and_fields.items() if k in cap_names}
+    entry_kw = {k: v for k, v in caps_and_fields.items() if k not in cap_names}
+    return Entry(
+        name=name,
+        function=function,
+        samples=samples,
+        op=op,
+        caps=Capabilities.from_function(function, **cap_kw),
+        tags=frozenset(tags),
+        **entry_kw,
+    )

@@ -1,0 +1,245 @@
+"""The contract check: intercept the vmap rule's raw return and hold it to the rule's contract.
+
+torch itself only checks that the rule returns a 2-tuple whose out_dims match
+the outputs' structure; a wrong out_dim, a wrong batch size, ``None`` for a
+batched output, a dropped output or a dtype change all pass silently. Here the
+rule's return is recorded on every call (nested levels and chunks included)
+and validated, so the failure names the Function, the output and what the rule
+returned against what it should have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from autograd_function_db.entry import VMAP_GENERATED, Entry
+
+from .batching import (
+    ArgLayout,
+    Plan,
+    as_tuple,
+    build_batched_args,
+    concrete_out_dims,
+    loop_reference,
+    nested_plans,
+    single_level_plans,
+    vmapped,
+)
+from .checks import CaseContext, CheckFailure, CheckSpec, needs_vmap, register
+from .options import Options
+
+
+@dataclass
+class RuleCall:
+    """One call of a vmap rule: what it received and what it returned."""
+
+    batch_size: int
+    in_dims: tuple[Any, ...]
+    returned: Any
+    #: Per-slice outputs of forward, when the rule's arguments were plain tensors.
+    per_slice: tuple[Any, ...] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _is_plain(a: Any) -> bool:
+    return not isinstance(a, torch.Tensor) or not torch._C._functorch.is_batchedtensor(a)
+
+
+def _slice0(a: Any, d: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        a = a.detach().clone()
+        return a.select(d, 0) if d is not None else a
+    return a
+
+
+@contextlib.contextmanager
+def intercept_vmap_rule(function: type) -> Iterator[list[RuleCall]]:
+    """Record every call of ``function.vmap`` while the block runs; restore it afterwards."""
+    calls: list[RuleCall] = []
+    had_own = "vmap" in function.__dict__
+    saved = function.__dict__.get("vmap")
+    original = function.vmap  # type: ignore[attr-defined]
+
+    def recording_rule(info: Any, in_dims: Any, *args: Any) -> Any:
+        per_slice = None
+        if all(_is_plain(a) for a in args) and not torch._C._functorch.peek_interpreter_stack():
+            with torch.no_grad():
+                try:
+                    per_slice = as_tuple(
+                        function.forward(*(_slice0(a, d) for a, d in zip(args, in_dims)))  # type: ignore[attr-defined]
+                    )
+                except Exception:
+                    per_slice = None
+        returned = original(info, in_dims, *args)
+        calls.append(RuleCall(info.batch_size, tuple(in_dims), returned, per_slice))
+        return returned
+
+    function.vmap = staticmethod(recording_rule)  # type: ignore[attr-defined]
+    try:
+        yield calls
+    finally:
+        if had_own:
+            function.vmap = saved  # type: ignore[attr-defined]
+        else:
+            del function.vmap  # type: ignore[attr-defined]
+
+
+def validate_call(
+    name: str, call: RuleCall, reference: Sequence[Any], returned_tuple: bool
+) -> list[str]:
+    """Every way this call's return breaks the rule contract (an empty list when it conforms).
+
+    ``reference`` holds the Function's per-slice outputs (from the loop), which
+    fix the number of outputs, their dtypes and devices.
+    """
+    ret = call.returned
+    where = f"vmap rule of {name} (info.batch_size={call.batch_size}, in_dims={call.in_dims})"
+    if not isinstance(ret, tuple) or len(ret) != 2:
+        kind = f"a tuple of {len(ret)}" if isinstance(ret, tuple) else type(ret).__name__
+        return [f"{where} returned {kind}; it must return a 2-tuple (outputs, out_dims)"]
+    outputs, out_dims = ret
+    outs = as_tuple(outputs)
+    if isinstance(outputs, (tuple, list)) != returned_tuple or len(outs) != len(reference):
+        return [
+            f"{where} returned {len(outs)} output(s)"
+            f"{' as a tuple' if isinstance(outputs, (tuple, list)) else ''}; forward returns "
+            f"{len(reference)}{' as a tuple' if returned_tuple else ''}"
+        ]
+    if isinstance(out_dims, (tuple, list)):
+        if not isinstance(outputs, (tuple, list)):
+            return [
+                f"{where} returned out_dims {out_dims!r} (a tuple) for a single tensor output; use an int or None"
+            ]
+        if len(out_dims) != len(outs):
+            return [
+                f"{where} returned {len(out_dims)} out_dims for {len(outs)} outputs; "
+                "give one int or None per output"
+            ]
+        dims = list(out_dims)
+    else:
+        dims = [out_dims] * len(outs)
+    problems = []
+    for k, (out, dim, ref) in enumerate(zip(outs, dims, reference)):
+        label = f"{where}, output {k}"
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+            problems.append(
+                f"{label}: out_dim {dim!r} is a {type(dim).__name__}; it must be an int or None"
+            )
+            continue
+        if not isinstance(out, torch.Tensor):
+            if dim is not None:
+                problems.append(f"{label}: a non-tensor output needs out_dim None, got {dim}")
+            continue
+        if isinstance(ref, torch.Tensor):
+            if out.dtype != ref.dtype:
+                problems.append(f"{label}: dtype {out.dtype}, forward gives {ref.dtype}")
+            if out.device != ref.device:
+                problems.append(f"{label}: device {out.device}, forward gives {ref.device}")
+        per_slice = call.per_slice[k] if call.per_slice and k < len(call.per_slice) else None
+        if dim is None:
+            if isinstance(per_slice, torch.Tensor) and out.shape != per_slice.shape:
+                problems.append(
+                    f"{label}: out_dim None but shape {tuple(out.shape)}, while forward gives "
+                    f"{tuple(per_slice.shape)} per slice: a batched output needs the index of its "
+                    "batch dim as out_dim"
+                )
+            continue
+        if not -out.dim() <= dim < max(out.dim(), 1) or out.dim() == 0:
+            problems.append(
+                f"{label}: out_dim {dim} is out of range for an output of {out.dim()} dims "
+                f"(shape {tuple(out.shape)})"
+            )
+            continue
+        size = out.shape[dim]
+        if size != call.batch_size:
+            problems.append(
+                f"{label}: size {size} at out_dim {dim} (shape {tuple(out.shape)}), "
+                f"info.batch_size {call.batch_size}"
+                + (
+                    f": the batch dim seems to be at dim {list(out.shape).index(call.batch_size)}"
+                    if call.batch_size in out.shape
+                    else ": the rule returned a wrong batch size"
+                )
+            )
+            continue
+        if isinstance(per_slice, torch.Tensor):
+            rest = tuple(s for i, s in enumerate(out.shape) if i != dim % out.dim())
+            if rest != tuple(per_slice.shape):
+                problems.append(
+                    f"{label}: removing out_dim {dim} from shape {tuple(out.shape)} leaves {rest}, "
+                    f"forward gives {tuple(per_slice.shape)} per slice"
+                )
+    return problems
+
+
+def run_contract(ctx: CaseContext) -> str | None:
+    plan = ctx.plan
+    assert plan is not None
+    entry = ctx.entry
+    fn = entry.call
+    reference, returned_tuple = loop_reference(fn, plan, ctx.slices)
+    # One slice's outputs fix count, dtypes and devices.
+    per_slice_ref = as_tuple(fn(*ctx.slices.args()))
+    out_dims = concrete_out_dims(plan, reference, returned_tuple)
+    args = build_batched_args(plan, ctx.slices)
+    error: BaseException | None = None
+    with intercept_vmap_rule(entry.function) as calls:
+        try:
+            vmapped(fn, plan, out_dims)(*args)
+        except Exception as e:  # the contract explains the error, if it can
+            error = e
+    problems = [
+        p
+        for c in calls
+        for p in validate_call(entry.function.__name__, c, per_slice_ref, returned_tuple)
+    ]
+    if problems:
+        unique = list(dict.fromkeys(problems))
+        raise CheckFailure(f"contract {plan.id}: " + "; ".join(unique))
+    if error is not None:
+        raise error
+    if not calls:
+        raise CheckFailure(
+            f"contract {plan.id}: the vmap rule of {entry.function.__name__} was never called, "
+            "although an argument is batched; is the entry's op really this Function?"
+        )
+    return "vmap rule contract"
+
+
+def _supported(entry: Entry) -> str | None:
+    reason = needs_vmap(entry)
+    if reason:
+        return reason
+    if entry.caps.vmap == VMAP_GENERATED:
+        return (
+            "generate_vmap_rule=True: torch writes the rule, so there is no raw return to "
+            "validate (the vmap checks still test its results)"
+        )
+    return None
+
+
+def _plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    plans: list[Plan | None] = []
+    for b in options.batch_sizes:
+        plans.extend(single_level_plans(layout, b, cap=options.plan_cap, seed=options.seed))
+    plans.extend(nested_plans(layout, options.nested_batch_sizes))
+    return plans
+
+
+register(
+    CheckSpec(
+        "contract",
+        run_contract,
+        _plans,
+        _supported,
+        "vmap",
+        "vmap rule contract",
+        "the rule's raw return: 2-tuple, out_dims structure and range, batch size at out_dim, "
+        "output count, dtypes and devices as forward",
+    )
+)

@@ -1,0 +1,69 @@
+"""Run options: one frozen object that every layer (plans, checks, runner, reports) reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "complex64": torch.complex64,
+    "complex128": torch.complex128,
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    checks: tuple[str, ...] | None = None  # None: every check
+    batch_sizes: tuple[int, ...] = (2,)
+    nested_batch_sizes: tuple[int, ...] = (2, 3)
+    chunk: tuple[int, int] = (3, 2)  # (batch size, chunk size)
+    seed: int = 0
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    plan_cap: int = 16
+    timeout_s: float | None = None
+    #: Set when the harness chose batch sizes to avoid a user's sample dims.
+    batch_size_note: str = ""
+
+    def hazard_sizes(self) -> tuple[int, ...]:
+        sizes = {*self.batch_sizes, *self.nested_batch_sizes, *self.chunk}
+        return tuple(sorted(sizes))
+
+    def replace(self, **changes: Any) -> Options:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checks": list(self.checks) if self.checks else None,
+            "batch_sizes": list(self.batch_sizes),
+            "nested_batch_sizes": list(self.nested_batch_sizes),
+            "chunk": list(self.chunk),
+            "seed": self.seed,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "device": self.device,
+            "plan_cap": self.plan_cap,
+            "timeout_s": self.timeout_s,
+            "batch_size_note": self.batch_size_note,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Options:
+        return cls(
+            checks=tuple(d["checks"]) if d.get("checks") else None,
+            batch_sizes=tuple(d.get("batch_sizes", (2,))),
+            nested_batch_sizes=tuple(d.get("nested_batch_sizes", (2, 3))),
+            chunk=tuple(d.get("chunk", (3, 2))),  # type: ignore[arg-type]
+            seed=int(d.get("seed", 0)),
+            dtype=DTYPES[d.get("dtype", "float32")],
+            device=d.get("device", "cpu"),
+            plan_cap=int(d.get("plan_cap", 16)),
+            timeout_s=d.get("timeout_s"),
+            batch_size_note=d.get("batch_size_note", ""),
+        )

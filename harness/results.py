@@ -1,0 +1,98 @@
+"""Case results, run results, and the versioned JSON form of a run."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "afdb-report/1"
+
+PASS = "pass"
+FAIL = "fail"
+ERROR = "error"
+UNSUPPORTED = "unsupported"
+SKIP = "skip"
+XFAIL = "xfail"
+XPASS = "xpass"
+TIMEOUT = "timeout"
+CRASH = "crash"
+
+STATUSES = (PASS, FAIL, ERROR, UNSUPPORTED, SKIP, XFAIL, XPASS, TIMEOUT, CRASH)
+#: Statuses that make a run non-conforming.
+BAD_STATUSES = frozenset({FAIL, ERROR, XPASS, TIMEOUT, CRASH})
+
+
+@dataclass
+class CaseResult:
+    id: str
+    entry: str
+    check: str
+    sample: int | None
+    sample_name: str
+    plan: dict[str, Any] | None
+    status: str
+    message: str = ""
+    duration_s: float = 0.0
+    reference: str = ""
+    repro: str = ""
+    dtype: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status not in BAD_STATUSES
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["duration_s"] = round(self.duration_s, 6)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CaseResult:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class RunResult:
+    cases: list[CaseResult]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.cases)
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(r.status for r in self.cases)
+        return {s: c[s] for s in STATUSES if c[s]}
+
+    def summary_line(self) -> str:
+        counts = self.counts()
+        parts = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cases"
+        return f"{len(self.cases)} cases: {parts}"
+
+    def failures(self) -> list[CaseResult]:
+        return [c for c in self.cases if not c.ok]
+
+    def matrix(self) -> dict[str, dict[str, Counter[str]]]:
+        """entry -> check -> status counts."""
+        out: dict[str, dict[str, Counter[str]]] = {}
+        for c in self.cases:
+            out.setdefault(c.entry, {}).setdefault(c.check, Counter())[c.status] += 1
+        return out
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "metadata": self.metadata,
+            "summary": {"total": len(self.cases), "ok": self.ok, "counts": self.counts()},
+            "cases": [c.to_dict() for c in self.cases],
+        }
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_json_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> RunResult:
+        return cls([CaseResult.from_dict(c) for c in d["cases"]], dict(d.get("metadata", {})))

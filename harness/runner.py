@@ -1,0 +1,235 @@
+"""From entries to cases to results: enumerate, run one case in isolation, run many.
+
+Data flows one way: entry -> base samples -> plans -> cases -> results. A case
+is identified by a stable, readable id (``NumpyMul/vmap/s0/in_dims=(0,None)``)
+from which the same case can be rebuilt in another process.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from autograd_function_db.entry import Entry, Sample
+
+from .batching import ArgLayout, Plan, SliceSource, derive_seed
+from .checks import CaseContext, CheckFailure, Unsupported, check_names, get_check
+from .isolation import CaseTimeout, TorchState, describe_exception, restore, time_limit
+from .options import Options
+from .results import (
+    ERROR,
+    FAIL,
+    PASS,
+    TIMEOUT,
+    UNSUPPORTED,
+    CaseResult,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    entry: str
+    check: str
+    sample_index: int | None
+    sample_name: str
+    plan: Plan | None
+    unsupported: str = ""
+
+
+def case_id(
+    entry: str, check: str, sample_index: int | None = None, plan: Plan | None = None
+) -> str:
+    parts = [entry, check]
+    if sample_index is not None:
+        parts.append(f"s{sample_index}")
+    if plan is not None:
+        parts.append(plan.id)
+    return "/".join(parts)
+
+
+class EntryData:
+    """One entry's samples for a run: the base samples and cached per-slice draws."""
+
+    def __init__(self, entry: Entry, options: Options) -> None:
+        self.entry = entry
+        self.options = options
+        self._draw = functools.lru_cache(maxsize=256)(self._draw_uncached)
+
+    def _draw_uncached(self, seed: int) -> tuple[Sample, ...]:
+        return tuple(self.entry.make_samples(seed, self.options.dtype, self.options.device))
+
+    @property
+    def seed_parts(self) -> tuple[object, ...]:
+        return (self.options.seed, self.entry.name)
+
+    def base_samples(self) -> tuple[Sample, ...]:
+        return self._draw(derive_seed(*self.seed_parts, "slice", ()))
+
+    def slices(self, sample_index: int) -> SliceSource:
+        return SliceSource(self._draw, sample_index, self.seed_parts)
+
+
+def selected_checks(options: Options) -> list[str]:
+    names = list(options.checks) if options.checks else check_names()
+    for n in names:
+        get_check(n)  # raises KeyError naming the known checks
+    return names
+
+
+def enumerate_cases(data: EntryData) -> list[Case]:
+    entry, options = data.entry, data.options
+    cases: list[Case] = []
+    samples: tuple[Sample, ...] | None = None
+    for check in selected_checks(options):
+        spec = get_check(check)
+        reason = spec.supported(entry)
+        if reason:
+            cases.append(
+                Case(case_id(entry.name, check), entry.name, check, None, "", None, reason)
+            )
+            continue
+        if samples is None:
+            samples = data.base_samples()
+        for i, sample in enumerate(samples):
+            layout = ArgLayout.of(sample, entry.linked_args)
+            for plan in spec.plans(layout, options):
+                cases.append(
+                    Case(
+                        case_id(entry.name, check, i, plan), entry.name, check, i, sample.name, plan
+                    )
+                )
+    return cases
+
+
+def repro_command(case_id_: str, options: Options, target: str | None = None) -> str:
+    cmd = ["afdb", "repro", case_id_, "--seed", str(options.seed)]
+    if target:
+        cmd += ["--target", target]
+    if options.dtype is not None:
+        cmd += ["--dtype", str(options.dtype).replace("torch.", "")]
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def run_case(data: EntryData, case: Case, *, target: str | None = None) -> CaseResult:
+    """Run one case; never raises. Leaked global state is reported and restored."""
+    options = data.options
+    spec = get_check(case.check)
+    result = CaseResult(
+        id=case.id,
+        entry=case.entry,
+        check=case.check,
+        sample=case.sample_index,
+        sample_name=case.sample_name,
+        plan=case.plan.to_dict() if case.plan else None,
+        status=PASS,
+        reference=spec.reference,
+        dtype=str(options.dtype).replace("torch.", ""),
+    )
+    if case.unsupported:
+        result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
+        return result
+    state = TorchState.capture()
+    start = time.perf_counter()
+    try:
+        with time_limit(options.timeout_s):
+            assert case.sample_index is not None
+            ctx = CaseContext(
+                entry=data.entry,
+                case_id=case.id,
+                sample_index=case.sample_index,
+                sample=data.base_samples()[case.sample_index],
+                plan=case.plan,
+                slices=data.slices(case.sample_index),
+                options=options,
+            )
+            used = spec.run(ctx)
+            if used:
+                result.reference = used
+            if ctx.notes:
+                result.message = "; ".join(ctx.notes)
+    except CheckFailure as e:
+        result.status, result.message = FAIL, str(e)
+    except Unsupported as e:
+        result.status, result.message = UNSUPPORTED, str(e)
+    except CaseTimeout as e:
+        result.status, result.message = TIMEOUT, str(e)
+    except Exception as e:
+        result.status, result.message = ERROR, describe_exception(e)
+    finally:
+        result.duration_s = time.perf_counter() - start
+        leaked = restore(state)
+    if leaked:
+        note = "the Function " + "; ".join(leaked) + " (restored before the next case)"
+        if result.status == PASS:
+            result.status = ERROR
+        result.message = f"{result.message}; {note}" if result.message else note
+    if result.status not in (PASS, UNSUPPORTED):
+        result.repro = repro_command(case.id, options, target)
+    return result
+
+
+def run_entries(
+    entries: Iterable[Entry],
+    options: Options,
+    *,
+    select: Callable[[Case], bool] | None = None,
+    progress: Callable[[CaseResult], None] | None = None,
+    target: str | None = None,
+) -> list[CaseResult]:
+    results: list[CaseResult] = []
+    for entry in entries:
+        data = EntryData(entry, options)
+        try:
+            cases = enumerate_cases(data)
+        except Exception as e:
+            r = CaseResult(
+                id=f"{entry.name}/samples",
+                entry=entry.name,
+                check="samples",
+                sample=None,
+                sample_name="",
+                plan=None,
+                status=ERROR,
+                message=f"could not build the samples: {describe_exception(e)}",
+            )
+            results.append(r)
+            if progress:
+                progress(r)
+            continue
+        for case in cases:
+            if select is not None and not select(case):
+                continue
+            r = run_case(data, case, target=target)
+            results.append(r)
+            if progress:
+                progress(r)
+    return results
+
+
+def find_case(entry: Entry, options: Options, wanted: str) -> tuple[EntryData, Case]:
+    data = EntryData(entry, options)
+    for case in enumerate_cases(data):
+        if case.id == wanted:
+            return data, case
+    raise KeyError(f"no case {wanted!r} for entry {entry.name} with these options")
+
+
+def all_case_ids(entries: Sequence[Entry], options: Options) -> list[str]:
+    return [c.id for e in entries for c in enumerate_cases(EntryData(e, options))]
+
+
+__all__ = [
+    "Case",
+    "CheckFailure",
+    "EntryData",
+    "all_case_ids",
+    "case_id",
+    "enumerate_cases",
+    "find_case",
+    "run_case",
+    "run_entries",
+]
