@@ -179,8 +179,14 @@ def run_entries(
     select: Callable[[Case], bool] | None = None,
     progress: Callable[[CaseResult], None] | None = None,
     target: str | None = None,
+    collect: list[CaseResult] | None = None,
 ) -> list[CaseResult]:
-    results: list[CaseResult] = []
+    """Run every case of every entry in this process, in order.
+
+    Results are appended to ``collect`` (a fresh list by default) as they come, so
+    a caller interrupted half way still holds the cases done so far.
+    """
+    results: list[CaseResult] = collect if collect is not None else []
     for entry in entries:
         data = EntryData(entry, options)
         try:

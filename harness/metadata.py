@@ -1,0 +1,79 @@
+"""Run metadata: what ran, where, with which torch, so two reports can be compared honestly."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .options import Options
+
+SUITE_VERSION = "0.1.0"
+
+
+def suite_revision() -> str:
+    """The suite's git revision when run from a checkout, else ''."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return ""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def run_metadata(
+    options: Options,
+    *,
+    started: float,
+    finished: float | None = None,
+    source: str = "afdb",
+    target: str | None = None,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    finished = finished if finished is not None else time.time()
+    return {
+        "suite_version": SUITE_VERSION,
+        "suite_revision": suite_revision(),
+        "torch_version": torch.__version__,
+        "torch_git_version": getattr(torch.version, "git_version", ""),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": options.device,
+        "dtype": str(options.dtype).replace("torch.", ""),
+        "seed": options.seed,
+        "batch_sizes": list(options.batch_sizes),
+        "nested_batch_sizes": list(options.nested_batch_sizes),
+        "chunk": list(options.chunk),
+        "batch_size_note": options.batch_size_note,
+        "plan_strategy": (
+            f"one level: exhaustive up to {options.plan_cap} in_dims plans per sample, covering "
+            "beyond; nested: fixed set; chunked: fixed set (see harness/batching.py)"
+        ),
+        "checks": list(options.checks) if options.checks else "all",
+        "source": source,
+        "target": target,
+        "started": _iso(started),
+        "finished": _iso(finished),
+        "wall_s": round(finished - started, 3),
+        "command": command
+        if command is not None
+        else [os.path.basename(sys.argv[0]), *sys.argv[1:]],
+        "interrupted": False,
+    }
