@@ -36,6 +36,7 @@ def profile_run(options: Options) -> dict[str, float]:
     stats = pstats.Stats(prof)
     totals = {name: 0.0 for name, _ in BUCKETS}
     totals["builtins/other"] = 0.0
+
     def bucket(filename: str) -> str:
         for name, marker in BUCKETS:
             if marker in filename:

@@ -27,7 +27,9 @@ def test_cases_per_second(benchmark, family):
     if not checks:
         pytest.skip(f"no {family} checks in this build")
     options = Options(checks=checks)
-    results = benchmark.pedantic(lambda: run_entries(list(REGISTRY), options), rounds=1, iterations=1)
+    results = benchmark.pedantic(
+        lambda: run_entries(list(REGISTRY), options), rounds=1, iterations=1
+    )
     seconds = benchmark.stats.stats.mean
     benchmark.extra_info["cases"] = len(results)
     benchmark.extra_info["cases_per_second"] = round(len(results) / seconds, 1)
@@ -35,5 +37,7 @@ def test_cases_per_second(benchmark, family):
 
 
 def test_time_share(benchmark):
-    shares = benchmark.pedantic(lambda: profile_run(Options(checks=_checks("vmap"))), rounds=1, iterations=1)
+    shares = benchmark.pedantic(
+        lambda: profile_run(Options(checks=_checks("vmap"))), rounds=1, iterations=1
+    )
     benchmark.extra_info.update({k: round(v, 3) for k, v in shares.items()})
