@@ -37,6 +37,7 @@ from autograd_function_db.entry import GRADIENT_CUSTOM, Entry
 
 from . import finite_diff as fd
 from .batching import (
+    MID,
     ArgLayout,
     LevelPlan,
     Plan,
@@ -415,10 +416,29 @@ def is_custom(entry: Entry) -> bool:
     return entry.gradient == GRADIENT_CUSTOM
 
 
-def reference_jacobian(view: DiffView) -> tuple[list[list[torch.Tensor]], str]:
+#: FD Jacobians by (entry, sample, seed, dtype, device): vjp, jacrev and jacfwd of one sample
+#: share one (the reference is a deterministic function of the base sample).
+_JACOBIAN_CACHE: dict[Any, list[list[torch.Tensor]]] = {}
+_JACOBIAN_CACHE_SIZE = 32
+
+
+def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torch.Tensor]], str]:
     """The full reference Jacobian of the view: FD, or the eager backward for gradient=custom."""
     if is_custom(view.entry):
         return eager_jacobian(view), EAGER_CUSTOM_REFERENCE
+    key: Any = (
+        view.entry,
+        ctx.sample_index,
+        ctx.options.seed,
+        ctx.options.dtype,
+        ctx.options.device,
+    )
+    try:
+        cached = _JACOBIAN_CACHE.get(key)
+    except TypeError:  # an entry with unhashable fields
+        key, cached = None, None
+    if cached is not None:
+        return cached, fd.FD_REFERENCE
     args64 = view.args64()
     blocks = attempt(
         "finite differences (reference, float64 forward)",
@@ -427,6 +447,10 @@ def reference_jacobian(view: DiffView) -> tuple[list[list[torch.Tensor]], str]:
         view.primals(args64),
         step=view.entry.tolerances.fd_step,
     )
+    if key is not None:
+        if len(_JACOBIAN_CACHE) >= _JACOBIAN_CACHE_SIZE:
+            _JACOBIAN_CACHE.pop(next(iter(_JACOBIAN_CACHE)))
+        _JACOBIAN_CACHE[key] = blocks
     return blocks, fd.FD_REFERENCE
 
 
@@ -447,7 +471,7 @@ def run_jvp(ctx: CaseContext) -> str:
     findings = Findings.of(ctx)
     tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
     custom = is_custom(entry)
-    jac, ref_name = reference_jacobian(view) if custom else (None, fd.FD_REFERENCE)
+    jac, ref_name = reference_jacobian(ctx, view) if custom else (None, fd.FD_REFERENCE)
     args64 = view.args64()
 
     def reference(subset: Sequence[int]) -> list[torch.Tensor]:
@@ -547,7 +571,7 @@ def run_vjp(ctx: CaseContext) -> str:
     jac = None
     ref_name = EAGER_CUSTOM_REFERENCE if custom else fd.FD_REFERENCE
     if not custom and columns <= FULL_JACOBIAN_MAX:
-        jac, ref_name = reference_jacobian(view)
+        jac, ref_name = reference_jacobian(ctx, view)
     args64 = view.args64()
 
     def reference(ins: Sequence[int], outs: Sequence[int]) -> list[torch.Tensor] | None:
@@ -645,7 +669,7 @@ def run_jacobian(ctx: CaseContext, kind: str) -> str:
         f"{kind} (torch.func.{kind})", transform(view.fn(), argnums=argnums), *view.primals()
     )
     watch.verify(kind, findings, INPUT_WHY)
-    ref, ref_name = reference_jacobian(view)
+    ref, ref_name = reference_jacobian(ctx, view)
     for k, j in enumerate(view.outs):
         for m, i in enumerate(view.diff):
             findings.compare(
@@ -718,13 +742,35 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
     findings = Findings.of(ctx)
     w = random_like(ctx.generator("outer cotangents"), xs)
     primals = [*xs, *cots]
-    # reference: finite differences of the eager first-order vjp, in float64
+    # Reference: finite differences (float64) of the eager first-order vjp g(x, c) = J(x)^T c.
     args64 = view.args64()
     g64 = eager_first_order(view, args64)
     p64 = [fd.upcast(p) for p in primals]
     columns = sum(p.numel() for p in primals)
     expected: list[torch.Tensor] | None = None
-    if columns <= FULL_JACOBIAN_MAX:
+    if not is_custom(entry):
+        # Second derivatives are symmetric, so d<J(x)^T c, w>/dx is the derivative of
+        # g(., c) along w, and d<J(x)^T c, w>/dc = J w: two directional differences.
+        x64 = p64[: len(xs)]
+        along_w = attempt(
+            "finite differences of the eager vjp (reference)",
+            fd.directional,
+            g64,
+            p64,
+            [*w, *([None] * len(cots))],
+            step=entry.tolerances.fd_step,
+        )
+        jw = attempt(
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            restricted(entry, args64, view.diff, view.outs),
+            x64,
+            w,
+            step=entry.tolerances.fd_step,
+        )
+        expected = [*along_w, *jw]
+    elif columns <= FULL_JACOBIAN_MAX:
+        # gradient=custom: no symmetry to lean on, so the full Jacobian of g.
         jac = attempt(
             "finite differences of the eager vjp (reference)",
             fd.jacobian,
@@ -906,6 +952,7 @@ def _composite_plans(extra_name: str) -> Callable[[ArgLayout, Options], list[Pla
         candidates: list[Plan] = [
             CompositePlan(p.levels, p.strategy, extra_name, (0,))
             for p in single_level_plans(layout, b, cap=cap, seed=options.seed)
+            if p.levels[0].out_dims != MID  # out_dims=-1 stays; the vmap checks cover the rest
         ]
         candidates += [
             CompositePlan((LevelPlan(b, zero),), "composite", extra_name, (-1,)),
@@ -1160,6 +1207,11 @@ def _needs_backward(entry: Entry) -> str | None:
     return None if entry.caps.backward else NO_BACKWARD
 
 
+def _jacfwd_needs_vmap(entry: Entry) -> str | None:
+    reason = needs_vmap(entry)
+    return f"jacfwd vmaps the Function over the basis tangents: {reason}" if reason else None
+
+
 def _needs_double_backward(entry: Entry) -> str | None:
     if entry.caps.double_backward:
         return None
@@ -1244,7 +1296,7 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         "jacfwd",
         lambda ctx: run_jacobian(ctx, "jacfwd"),
         no_plan,
-        _first(needs_setup_context, _needs_jvp),
+        _first(needs_setup_context, _needs_jvp, _jacfwd_needs_vmap),
         fd.FD_REFERENCE,
         "torch.func.jacfwd against the finite-difference Jacobian",
     ),
