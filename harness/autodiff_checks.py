@@ -123,9 +123,19 @@ class Findings:
         if message:
             self.problems.append(message)
 
-    def compare(self, label: str, actual: Any, expected: torch.Tensor) -> bool:
+    def compare(
+        self,
+        label: str,
+        actual: Any,
+        expected: torch.Tensor,
+        dtype: torch.dtype | None = None,
+    ) -> bool:
+        """Values within tolerance; ``dtype``, when given, is the dtype ``actual`` must have."""
         if not isinstance(actual, torch.Tensor):
             self.add(f"{label}: got {type(actual).__name__}, reference a tensor")
+            return False
+        if dtype is not None and actual.dtype != dtype:
+            self.add(f"{label}: dtype {actual.dtype}, expected {dtype}")
             return False
         msg = compare_tensors(
             actual.detach(),
@@ -523,6 +533,7 @@ def run_jvp(ctx: CaseContext) -> str:
                 f"{ref_name} (reference)",
                 actual,
                 expected,
+                view.outputs[j].dtype,
             )
     findings.raise_if_any()
     return ref_name
@@ -598,7 +609,12 @@ def run_vjp(ctx: CaseContext) -> str:
         expected = reference(ins, outs)
         if expected is not None:
             for i, actual, e in zip(ins, grads, expected):
-                findings.compare(f"{label}: grad of input {i} vs {ref_name} (reference)", actual, e)
+                findings.compare(
+                    f"{label}: grad of input {i} vs {ref_name} (reference)",
+                    actual,
+                    e,
+                    view.args[i].dtype,
+                )
             return
         gen = ctx.generator("directions", label)
         directions = [
@@ -691,7 +707,7 @@ def first_order_vjp(view: DiffView, args: Sequence[Any]) -> Callable[..., tuple[
     f = restricted(view.entry, args, view.diff, view.outs)
 
     def g(*xc: Any) -> tuple[Any, ...]:
-        _, vjp_fn = torch.func.vjp(f, *xc[:n])
+        vjp_fn = torch.func.vjp(f, *xc[:n])[1]
         return tuple(vjp_fn(tuple(xc[n:])))
 
     return g
@@ -831,13 +847,13 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
         gen = ctx.generator("directions", label)
         directions = [random_like(gen, primals) for _ in range(IDENTITY_DIRECTIONS)]
         rhs = []
-        for t in directions:
+        for direction in directions:
             jt = attempt(
                 "finite differences of the eager vjp (reference)",
                 fd.directional,
                 g64,
                 p64,
-                t,
+                direction,
                 step=entry.tolerances.fd_step,
             )
             rhs.append(fd.dot(jt, w))
@@ -1024,7 +1040,7 @@ def _run_composite(
     if len(actual) != len(expected):
         findings.add(f"{label}: {len(actual)} results, reference {len(expected)}")
     for nm, a, e in zip(names, actual, expected):
-        findings.compare(f"{label}: {nm}, {sides}", a, e)
+        findings.compare(f"{label}: {nm}, {sides}", a, e, e.dtype)
     findings.raise_if_any()
 
 
@@ -1036,7 +1052,7 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
 
     def actual(*a: Any) -> tuple[Any, ...]:
         f = restricted(entry, a[:n], view.diff, view.outs)
-        _, vjp_fn = torch.func.vjp(f, *(a[i] for i in view.diff))
+        vjp_fn = torch.func.vjp(f, *(a[i] for i in view.diff))[1]
         return tuple(vjp_fn(tuple(a[n:])))
 
     def reference(*a: Any) -> tuple[Any, ...]:
@@ -1076,8 +1092,8 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
 
     def actual(*a: Any) -> tuple[Any, ...]:
         f = restricted(entry, a[:n], view.diff, view.outs)
-        out, tout = torch.func.jvp(f, tuple(a[i] for i in view.diff), tuple(a[n:]))
-        return (*out, *tout)
+        result = torch.func.jvp(f, tuple(a[i] for i in view.diff), tuple(a[n:]))
+        return (*result[0], *result[1])
 
     def reference(*a: Any) -> tuple[Any, ...]:
         return eager_jvp(entry, a[:n], view.diff, view.outs, list(a[n:]))
@@ -1170,6 +1186,7 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
             f"backward) vs {LOOP_VJP_REFERENCE} (reference; unbatched inputs summed over slices)",
             a,
             e,
+            e.dtype,
         )
     findings.raise_if_any()
     return LOOP_VJP_REFERENCE
