@@ -113,6 +113,19 @@ class Findings:
     rtol: float
     atol: float
     problems: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+
+    def hint(self, text: str) -> None:
+        if text not in self.hints:
+            self.hints.append(text)
+
+    def outcome(self, subcheck: str, problems_before: int) -> None:
+        """Record whether ``subcheck`` added problems (for the summary of a failure)."""
+        target = self.failed if len(self.problems) > problems_before else self.passed
+        if subcheck not in target:
+            target.append(subcheck)
 
     @classmethod
     def of(cls, ctx: CaseContext) -> Findings:
@@ -154,7 +167,19 @@ class Findings:
         shown = self.problems[:MAX_PROBLEMS]
         more = len(self.problems) - len(shown)
         text = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-        raise CheckFailure(text + (f" -- {hint}" if hint else ""))
+        if self.failed and self.passed:
+            summary = "failing sub-checks: " + " ".join(f"[{n}]" for n in self.failed)
+            passing = [n for n in self.passed if n not in self.failed]
+            text = summary + "; passing: " + " ".join(f"[{n}]" for n in passing) + " -- " + text
+        hints = [*self.hints, *([hint] if hint else [])]
+        raise CheckFailure(text + "".join(f" -- {h}" for h in hints))
+
+
+def _close(findings: Findings, actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    if actual.shape != expected.shape:
+        return False
+    a, e = actual.detach().to(torch.float64), expected.detach().to(torch.float64)
+    return bool(torch.allclose(a, e, rtol=findings.rtol, atol=findings.atol))
 
 
 class Watch:
@@ -501,6 +526,7 @@ def run_jvp(ctx: CaseContext) -> str:
     cases.append(("non-contiguous inputs and tangents", view.diff, True))
     for name, subset, strided in cases:
         label = f"jvp: {name}"
+        before = len(findings.problems)
         args = list(view.args)
         tans = [tangents[i].clone() for i in subset]
         if strided:
@@ -535,6 +561,7 @@ def run_jvp(ctx: CaseContext) -> str:
                 expected,
                 view.outputs[j].dtype,
             )
+        findings.outcome(name, before)
     findings.raise_if_any()
     return ref_name
 
@@ -609,12 +636,19 @@ def run_vjp(ctx: CaseContext) -> str:
         expected = reference(ins, outs)
         if expected is not None:
             for i, actual, e in zip(ins, grads, expected):
-                findings.compare(
+                ok = findings.compare(
                     f"{label}: grad of input {i} vs {ref_name} (reference)",
                     actual,
                     e,
                     view.args[i].dtype,
                 )
+                if not ok and isinstance(actual, torch.Tensor):
+                    for k, other in zip(ins, expected):
+                        if k != i and _close(findings, actual, other):
+                            findings.hint(
+                                f"the grad of input {i} equals the reference grad of input {k}: "
+                                "backward returns its gradients in the wrong order?"
+                            )
             return
         gen = ctx.generator("directions", label)
         directions = [
@@ -641,6 +675,7 @@ def run_vjp(ctx: CaseContext) -> str:
     ]
     cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
     for name, ins, outs, strided in cases:
+        before = len(findings.problems)
         args = list(view.args)
         if strided:
             for i in ins:
@@ -665,6 +700,7 @@ def run_vjp(ctx: CaseContext) -> str:
             watch.verify(label, findings, INPUT_WHY)
             cot_watch.verify(label, findings, COTANGENT_WHY)
             check_grads(label, ins, outs, grads)
+        findings.outcome(name, before)
     findings.raise_if_any()
     return ref_name
 

@@ -563,7 +563,7 @@ PAIRS: dict[str, Pair] = {
         _e("SwappedGrads", SwappedGrads, binary),
         _e("MulSquare", MulSquare, binary),
         "vjp",
-        ("grad of input 0", "grad of input 1", "finite differences"),
+        ("grad of input 0", "grad of input 1", "finite differences", "wrong order"),
     ),
     "second output's gradient ignored": Pair(
         _e("IgnoresSecondGrad", IgnoresSecondGrad),
