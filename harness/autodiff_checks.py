@@ -16,6 +16,19 @@ Every check is a small ``run(ctx)`` built from a few composable pieces:
 * ``Findings``: comparisons and contract checks collected with one-line messages
   that name the sub-check, which side is the Function's and which the reference.
 
+Second order: ``jvp_of_vjp`` is compared with the finite-difference derivative of the
+eager first-order vjp ``g(x, c) = J(x)^T c`` along the tangents. For ``vjp_of_vjp`` of a
+``derivative`` entry the symmetry of second derivatives makes the reference two
+directional differences (``d<g, w>/dx`` is the derivative of ``g`` along ``w``, and
+``d<g, w>/dc = J w``); a ``custom`` entry gets the full FD Jacobian of ``g`` (or the
+identity with random directions when it is large).
+
+Plans of the composite checks (``CompositePlan``): the Function's in_dims from the
+single-level plan strategy with the cotangents/tangents batched at 0, then the
+extras at -1, the extras alone (arguments unbatched: the vmap rule is not
+called), the arguments alone (extras unbatched) and one nested plan. Ids read
+``in_dims=(0,None),cotangents=0``.
+
 Contract sub-checks run in every case: the inputs are unchanged afterwards
 (in-place arguments are cloned before each call, so the caller's never
 change), incoming cotangents/tangents are unchanged by backward/jvp, declared
