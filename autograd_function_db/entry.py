@@ -49,6 +49,8 @@ class Tolerances:
     bfloat16: tuple[float, float] = (1.6e-2, 1e-2)
     complex64: tuple[float, float] = (1.3e-5, 1e-5)
     complex128: tuple[float, float] = (1e-7, 1e-7)
+    #: Base relative step of the finite-difference reference (None: chosen per dtype).
+    fd_step: float | None = None
 
     def for_dtype(self, dtype: torch.dtype) -> tuple[float, float]:
         name = str(dtype).replace("torch.", "")

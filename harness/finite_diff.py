@@ -1,0 +1,213 @@
+"""Ground truth for the autodiff checks: central finite differences in float64.
+
+Everything here treats the function under test as a black box ``fn(*primals) ->
+tuple of tensors``: it never calls a Function's ``backward`` or ``jvp``. The
+primals are upcast to float64 before differencing, so the reference is as
+accurate as the float64 forward allows, whatever dtype the check runs at.
+
+The step
+    For a direction ``t`` the step is ``h = base * max(1, |x|_inf) / |t|_inf``:
+    the perturbation of the largest element is ``base`` relative to the
+    magnitude of the inputs (at least ``base`` absolute). ``base`` is chosen per
+    dtype the forward actually computes in (float64 normally: the outputs'
+    dtype at float64 inputs), see ``BASE_STEP``; an entry may fix it
+    (``Tolerances.fd_step``).
+
+The formula
+    Central differences with one Richardson extrapolation,
+    ``(4 D(h/2) - D(h)) / 3`` where ``D(h) = (f(x + h t) - f(x - h t)) / 2h``:
+    the truncation error is O(h^4), so a fairly large step (kinder to roundoff)
+    still gives a float64 reference good to about 1e-11 relative for smooth
+    functions.
+
+Jacobians are built column by column (one direction per input element, each
+with its own magnitude-scaled step). A vector-Jacobian product is either
+``J^T c`` from the full Jacobian (small problems) or checked through the
+identity ``<J t, c> = <t, J^T c>`` with random directions ``t`` (large ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+#: Base relative step per dtype the forward computes in (with Richardson extrapolation).
+BASE_STEP: dict[torch.dtype, float] = {
+    torch.float64: 1e-3,
+    torch.float32: 3e-2,
+    torch.float16: 1e-1,
+    torch.bfloat16: 1e-1,
+}
+
+#: The name references carry in reports.
+FD_REFERENCE = "finite differences (float64)"
+
+Fn = Callable[..., Sequence[torch.Tensor]]
+
+
+def upcast(value: Any) -> Any:
+    """A detached float64 (complex128) copy of a floating (complex) tensor; other values as is."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.is_complex():
+            return value.to(torch.complex128).clone()
+        if value.is_floating_point():
+            return value.to(torch.float64).clone()
+        return value.clone()
+    return value
+
+
+def is_differentiable_dtype(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+def base_step(outputs: Sequence[Any], override: float | None = None) -> float:
+    """The base step for a forward whose float64 evaluation gave ``outputs``."""
+    if override is not None:
+        return override
+    steps = [
+        BASE_STEP.get(o.dtype, BASE_STEP[torch.float32])
+        for o in outputs
+        if isinstance(o, torch.Tensor) and o.is_floating_point()
+    ]
+    return max(steps, default=BASE_STEP[torch.float64])
+
+
+def _eval(fn: Fn, primals: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [o.detach().to(torch.float64) for o in fn(*primals)]
+
+
+def _inf_norm(ts: Sequence[torch.Tensor | None]) -> float:
+    return max((float(t.abs().max()) for t in ts if t is not None and t.numel()), default=0.0)
+
+
+def _central(
+    fn: Fn,
+    primals: Sequence[torch.Tensor],
+    tangents: Sequence[torch.Tensor | None],
+    h: float,
+) -> list[torch.Tensor]:
+    plus = [x if t is None else x + h * t for x, t in zip(primals, tangents)]
+    minus = [x if t is None else x - h * t for x, t in zip(primals, tangents)]
+    return [(a - b) / (2 * h) for a, b in zip(_eval(fn, plus), _eval(fn, minus))]
+
+
+def directional(
+    fn: Fn,
+    primals: Sequence[torch.Tensor],
+    tangents: Sequence[torch.Tensor | None],
+    *,
+    step: float | None = None,
+) -> list[torch.Tensor]:
+    """The Jacobian-vector product ``J t`` of ``fn`` at ``primals`` by finite differences.
+
+    ``primals`` must already be float64 (see ``upcast``); a ``None`` tangent
+    means that input is held fixed. Returns one float64 tensor per output.
+    """
+    primals = list(primals)
+    tangents = [None if t is None else t.detach().to(torch.float64) for t in tangents]
+    outputs = _eval(fn, primals)
+    tmax = _inf_norm(tangents)
+    if tmax == 0.0:
+        return [torch.zeros_like(o) for o in outputs]
+    scale = max(1.0, _inf_norm([x for x, t in zip(primals, tangents) if t is not None]))
+    h = base_step(fn(*primals), step) * scale / tmax
+    coarse = _central(fn, primals, tangents, h)
+    fine = _central(fn, primals, tangents, h / 2)
+    return [(4 * f - c) / 3 for f, c in zip(fine, coarse)]
+
+
+def jacobian(
+    fn: Fn,
+    primals: Sequence[torch.Tensor],
+    wrt: Sequence[int] | None = None,
+    *,
+    step: float | None = None,
+) -> list[list[torch.Tensor]]:
+    """The Jacobian blocks ``J[j][i]`` (shape ``out_j.shape + in_i.shape``) by finite differences.
+
+    One column per element of each input in ``wrt`` (default: all), each with a
+    step scaled to that element's magnitude. ``primals`` must be float64.
+    """
+    primals = list(primals)
+    wrt = list(range(len(primals))) if wrt is None else list(wrt)
+    with torch.no_grad():
+        ref_out = list(fn(*primals))
+    outputs = [o.detach().to(torch.float64) for o in ref_out]
+    base = base_step(ref_out, step)
+    blocks: list[list[torch.Tensor]] = [[] for _ in outputs]
+    for i in wrt:
+        x = primals[i]
+        cols: list[list[torch.Tensor]] = [[] for _ in outputs]
+        flat = x.reshape(-1)
+        for e in range(x.numel()):
+            h = base * max(1.0, abs(float(flat[e])))
+            tangent = torch.zeros_like(x).reshape(-1)
+            tangent[e] = 1.0
+            tangents: list[torch.Tensor | None] = [None] * len(primals)
+            tangents[i] = tangent.reshape(x.shape)
+            coarse = _central(fn, primals, tangents, h)
+            fine = _central(fn, primals, tangents, h / 2)
+            for j, (f, c) in enumerate(zip(fine, coarse)):
+                cols[j].append((4 * f - c) / 3)
+        for j, o in enumerate(outputs):
+            if cols[j]:
+                block = torch.stack(cols[j], dim=-1).reshape((*o.shape, *x.shape))
+            else:
+                block = o.new_zeros((*o.shape, *x.shape))
+            blocks[j].append(block)
+    return blocks
+
+
+def jvp_from_jacobian(
+    blocks: Sequence[Sequence[torch.Tensor]],
+    tangents: Sequence[torch.Tensor | None],
+    input_shapes: Sequence[torch.Size],
+) -> list[torch.Tensor]:
+    """``J t`` per output from Jacobian blocks (``None`` tangents count as zero)."""
+    out = []
+    for row in blocks:
+        in_rank = len(input_shapes[0]) if input_shapes else 0
+        acc = torch.zeros(row[0].shape[: row[0].dim() - in_rank], dtype=torch.float64)
+        for block, t in zip(row, tangents):
+            if t is not None:
+                acc = acc + torch.tensordot(block, t.detach().to(torch.float64), dims=t.dim())
+        out.append(acc)
+    return out
+
+
+def vjp_from_jacobian(
+    blocks: Sequence[Sequence[torch.Tensor]],
+    cotangents: Sequence[torch.Tensor | None],
+    input_shapes: Sequence[torch.Size],
+) -> list[torch.Tensor]:
+    """``J^T c`` per input from Jacobian blocks (``None`` cotangents count as zero)."""
+    grads = []
+    for i, shape in enumerate(input_shapes):
+        acc = torch.zeros(shape, dtype=torch.float64)
+        for row, c in zip(blocks, cotangents):
+            if c is None:
+                continue
+            acc = acc + torch.tensordot(c.detach().to(torch.float64), row[i], dims=c.dim())
+        grads.append(acc)
+    return grads
+
+
+def dot(a: Sequence[torch.Tensor | None], b: Sequence[torch.Tensor | None]) -> float:
+    """``sum_k <a_k, b_k>`` in float64 (``None`` counts as zero)."""
+    total = 0.0
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            continue
+        total += float((x.detach().to(torch.float64) * y.detach().to(torch.float64)).sum())
+    return total
+
+
+def abs_dot(a: Sequence[torch.Tensor | None], b: Sequence[torch.Tensor | None]) -> float:
+    """``sum_k <|a_k|, |b_k|>``: the scale of ``dot(a, b)`` for tolerances."""
+    return dot(
+        [None if x is None else x.abs() for x in a], [None if y is None else y.abs() for y in b]
+    )
