@@ -12,6 +12,7 @@ import contextlib
 import faulthandler
 import io
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -282,3 +283,16 @@ def describe_output(printed: CapturedOutput, status: str, limit: int = OUTPUT_LI
         else "printed output"
     )
     return f"{what}:\n{printed.describe(limit)}"
+
+
+_DUMP_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def user_frame_from_dump(dump: str) -> str:
+    """The innermost user frame in a faulthandler dump (most recent call first), else ''."""
+    for m in _DUMP_FRAME.finditer(dump):
+        if not any(part in m["file"] for part in _INTERNAL) and not any(
+            p in m["file"] for p in ("/_pytest/", "/pluggy/", "/xdist/", "/execnet/")
+        ):
+            return f"{m['file']}:{m['line']} in {m['name']}"
+    return ""

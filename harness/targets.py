@@ -142,6 +142,17 @@ class TargetSpec:
     #: Batch sizes the user fixed on the command line (so a reproducer fixes them too).
     batch_size: str | None = None
     nested_batch_sizes: str | None = None
+    #: The directory relative file paths were given from (reports are read elsewhere).
+    base_dir: str | None = None
+
+    def _resolved(self, spec: str) -> str:
+        module, _, attr = spec.rpartition(":")
+        relative = bool(self.base_dir) and is_path(module) and not os.path.isabs(module)
+        if relative and not os.path.exists(module):
+            moved = os.path.join(self.base_dir or "", module)
+            if os.path.exists(moved):
+                return f"{moved}:{attr}"
+        return spec
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -189,7 +200,7 @@ class TargetSpec:
     def load_function(self) -> Any:
         from .api import function_class
 
-        obj = load_attr(self.target, "TARGET")
+        obj = load_attr(self._resolved(self.target), "TARGET")
         try:
             function_class(obj)
         except UsageError:
@@ -202,7 +213,7 @@ class TargetSpec:
 
     def load_samples(self, function: Any) -> Any:
         if self.samples:
-            samples = load_attr(self.samples, "--samples")
+            samples = load_attr(self._resolved(self.samples), "--samples")
             if not callable(samples) and not isinstance(samples, (list, tuple)):
                 raise UsageError(
                     f"--samples {self.samples}: a {type(samples).__name__} is not callable; name "
