@@ -95,7 +95,10 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
 
     def on_alarm(signum: int, frame: object) -> None:
-        raise CaseTimeout(f"the case ran longer than {seconds:g} s")
+        raise CaseTimeout(
+            f"the case ran longer than its {seconds:g} s limit (raise it with --timeout, or "
+            "timeout_s= in the Python API, if the Function is just slow)"
+        )
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -290,7 +293,12 @@ _DUMP_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<nam
 
 def user_frame_from_dump(dump: str) -> str:
     """The innermost user frame in a faulthandler dump (most recent call first), else ''."""
+    import sysconfig
+
+    stdlib = sysconfig.get_paths()["stdlib"]
     for m in _DUMP_FRAME.finditer(dump):
+        if m["file"].startswith(stdlib) and "site-packages" not in m["file"]:
+            continue
         if not any(part in m["file"] for part in _INTERNAL) and not any(
             p in m["file"] for p in ("/_pytest/", "/pluggy/", "/xdist/", "/execnet/")
         ):

@@ -30,6 +30,21 @@ from .results import CRASH, ERROR, TIMEOUT, CaseResult
 
 _NODE_PARAM = re.compile(r"\[(.*)\]$")
 
+#: The controller's hook, as a conftest so the controller never imports torch (the
+#: workers import the harness through the generated test module).
+CONFTEST = '''import json
+import os
+
+import pytest
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """A worker died running ``crashitem``: note it for harness.parallel."""
+    with open(os.path.join(os.environ["AFDB_RESULTS_DIR"], "crashed.jsonl"), "a") as f:
+        f.write(json.dumps({"nodeid": crashitem}) + "\\n")
+'''
+
 
 def _absolute_target(target: Any) -> dict[str, Any] | None:
     """The target spec with file paths made absolute (workers may start elsewhere)."""
@@ -47,7 +62,7 @@ def _absolute_target(target: Any) -> dict[str, Any] | None:
 
 def pytest_command(workers: str, test_file: str, folder: str, max_restarts: int) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", test_file, "-n", str(workers)]
-    cmd += ["-p", "xdist.plugin", "-p", "harness.pytest_plugin"]
+    cmd += ["-p", "xdist.plugin"]
     cmd += ["-c", os.path.join(folder, "pytest.ini"), "--rootdir", folder]
     cmd += ["-p", "no:cacheprovider", "-q", "--tb=line", "--no-header"]
     cmd += [f"--max-worker-restart={max_restarts}"]
@@ -155,6 +170,8 @@ def run_parallel(
             json.dump(config, f)
         with open(os.path.join(folder, "pytest.ini"), "w") as f:
             f.write("[pytest]\n")
+        with open(os.path.join(folder, "conftest.py"), "w") as f:
+            f.write(CONFTEST)
         test_file = os.path.join(folder, "test_afdb_cases.py")
         with open(test_file, "w") as f:
             f.write(
