@@ -237,7 +237,7 @@ def _chunk_for(safe: Sequence[int], used: set[int]) -> tuple[int, int]:
     """A (batch, chunk) pair whose chunks (k and the remainder) avoid every sample dim."""
     for b in safe[1:]:
         for k in safe:
-            if k < b and (b % k == 0 or b % k not in used):
+            if k < b and (b % k < 2 or b % k not in used):
                 return b, k
     return 2 * safe[0], safe[0]
 
@@ -289,7 +289,7 @@ def choose_batch_sizes(
         changes["nested_batch_sizes"] = (safe[0], safe[1])
         said.append(f"nested sizes {safe[0]},{safe[1]}")
     b, k = options.chunk
-    if used & {b, k, b % k}:
+    if used & {b, k, b % k} - {0, 1}:  # a last chunk of 1 is checked by the others
         changes["chunk"] = _chunk_for(safe, used)
         said.append(f"chunked {changes['chunk'][0]} in chunks of {changes['chunk'][1]}")
     if not changes:

@@ -134,6 +134,8 @@ def check_output_paths(args: argparse.Namespace) -> None:
         probe = parent
         while not os.path.exists(probe):
             probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            raise CliError(f"--{flag} {path}: {probe} is a file, not a directory")
         if not os.access(probe, os.W_OK):
             raise CliError(f"--{flag} {path}: cannot write there (no permission on {probe})")
 
