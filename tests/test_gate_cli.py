@@ -196,7 +196,7 @@ def project(tmp_path, monkeypatch):
                 "--json",
                 "lib.py/r.json",
             ],
-            "--json lib.py/r.json: lib.py is a file, not a directory",
+            "lib.py is a file, not a directory",
         ),
         (
             ["lib.py:RotatePoints", "--samples", "lib.py:rotation_samples", "--json", "."],
