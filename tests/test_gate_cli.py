@@ -318,3 +318,13 @@ def test_repro_of_an_unknown_case_suggests_close_ids(capsys):
     rc, _, err = run_main(capsys, "repro", "BrokenRotatePoints/vmap/s0/in_dims=(0,1)", *BROKEN)
     assert rc == 2
     assert "did you mean BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4" in err
+
+
+def test_run_in_xdist_workers_gives_the_in_process_results(capsys, tmp_path):
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    args = ["run", "NumpyCube", "--checks", "vmap", "-q"]
+    assert run_main(capsys, *args, "--json", str(one))[0] == 0
+    assert run_main(capsys, *args, "-n", "2", "--json", str(two))[0] == 0
+    a = [(c["id"], c["status"]) for c in json.loads(one.read_text())["cases"]]
+    b = [(c["id"], c["status"]) for c in json.loads(two.read_text())["cases"]]
+    assert a == b and a
