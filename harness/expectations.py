@@ -288,8 +288,8 @@ def accept(path: str | Path, results: list[CaseResult]) -> tuple[Expectations, l
 
     try:
         previous = load_previous(path)
-    except (OSError, ValueError) as e:
-        raise ExpectationsError(f"{path}: cannot read it to --accept ({e})") from None
+    except (OSError, ValueError) as err:
+        raise ExpectationsError(f"{path}: cannot read it to --accept ({err})") from None
     new = from_results(results, previous)
     changes = []
     old_ids = {e.id for e in previous.items} if previous else set()

@@ -265,7 +265,8 @@ def watchdog(seconds: float | None, file: Any = None) -> Iterator[None]:
     if not seconds or seconds <= 0:
         yield
         return
-    faulthandler.dump_traceback_later(seconds, exit=True, file=file or sys.__stderr__)
+    out: Any = file or sys.__stderr__
+    faulthandler.dump_traceback_later(seconds, exit=True, file=out)
     try:
         yield
     finally:
