@@ -57,13 +57,13 @@ def to_markdown(result: RunResult, *, max_failures: int = 200) -> str:
     matrix = result.matrix()
     checks: list[str] = []
     for per_check in matrix.values():
-        for c in per_check:
-            if c not in checks:
-                checks.append(c)
+        for check in per_check:
+            if check not in checks:
+                checks.append(check)
     lines += ["", "## Entry x check", "", "| entry | " + " | ".join(checks) + " |"]
     lines.append("|---" * (len(checks) + 1) + "|")
     for entry, per_check in matrix.items():
-        cells = [status_cell(per_check.get(c, Counter())) for c in checks]
+        cells = [status_cell(per_check.get(ch, Counter())) for ch in checks]
         lines.append(f"| {_md_escape(entry)} | " + " | ".join(cells) + " |")
     failures = [c for c in result.cases if c.status in BAD_STATUSES]
     if failures:

@@ -190,7 +190,9 @@ def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResul
             result.status = ERROR
             result.message = f"the Function called sys.exit({e.code!r}): {describe_exception(e)}"
         except Exception as e:
-            result.status, result.message = ERROR, describe_exception(e)
+            where = f"{case.check} {case.plan.id}" if case.plan else case.check
+            result.status = ERROR
+            result.message = f"{where}: the Function raised {describe_exception(e)}"
         finally:
             result.duration_s = time.perf_counter() - start
             leaked = restore(state)
