@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import hostile_functions as h
 import torch
 
 from harness import check
+from tests import hostile_functions as h
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).resolve().parent / "hostile_functions.py"
