@@ -28,9 +28,10 @@ from autograd_function_db.entry import (
 from autograd_function_db.hazards import find_hazards, safe_batch_sizes, sample_dim_sizes
 
 from .batching import derive_seed
+from .isolation import DEFAULT_TIMEOUT_S
 from .metadata import run_metadata
 from .options import DTYPES, Options
-from .results import RunResult
+from .results import CaseResult, RunResult
 from .runner import run_entries
 
 
@@ -63,7 +64,27 @@ def _accepts_seed(fn: Callable[..., Any]) -> bool:
     )
 
 
-def _as_samples(items: Iterable[Any]) -> list[Sample]:
+class SamplesError(UsageError):
+    """The user's samples callable raised or returned something unusable."""
+
+
+def _describe_source(samples: Any) -> str:
+    name = getattr(samples, "__qualname__", None) or getattr(samples, "__name__", None)
+    module = getattr(samples, "__module__", None)
+    return f"{module}.{name}" if module and name else repr(samples)
+
+
+def _as_samples(items: Any, source: Any = None) -> list[Sample]:
+    what = f"the samples callable {_describe_source(source)}" if source is not None else "samples"
+    if items is None:
+        raise SamplesError(
+            f"{what} returned None; return a list of argument tuples, e.g. [(torch.randn(4, 5),)]"
+        )
+    if isinstance(items, (torch.Tensor, Sample)) or not isinstance(items, Iterable):
+        raise SamplesError(
+            f"{what} returned a {type(items).__name__}; return an iterable of argument tuples "
+            "or Sample objects, e.g. [(torch.randn(4, 5),)]"
+        )
     out = []
     for i, s in enumerate(items):
         if isinstance(s, Sample):
@@ -72,7 +93,40 @@ def _as_samples(items: Iterable[Any]) -> list[Sample]:
             out.append(Sample(tuple(s), f"sample{i}"))
         else:
             out.append(Sample((s,), f"sample{i}"))
+    if not out:
+        raise SamplesError(f"{what} returned no samples; return at least one argument tuple")
     return out
+
+
+def _call_samples(samples: Callable[..., Any], *args: Any) -> list[Sample]:
+    try:
+        items = samples(*args)
+        return _as_samples(items, samples)
+    except SamplesError:
+        raise
+    except Exception as e:
+        from .isolation import describe_exception
+
+        raise SamplesError(
+            f"the samples callable {_describe_source(samples)} raised {describe_exception(e)}; "
+            "fix it so it returns argument tuples"
+        ) from e
+
+
+def _cast(sample: Sample, dtype: torch.dtype, device: str) -> Sample:
+    """Floating tensors in the run's dtype, every tensor on the run's device."""
+    args = []
+    for a in sample.args:
+        if isinstance(a, torch.Tensor):
+            same_kind = (a.is_floating_point() and dtype.is_floating_point) or (
+                a.is_complex() and dtype.is_complex
+            )
+            if same_kind and a.dtype != dtype:
+                a = a.to(dtype)
+            if str(a.device) != str(device):
+                a = a.to(device)
+        args.append(a)
+    return Sample(tuple(args), sample.name)
 
 
 def _perturbed(sample: Sample, seed: int) -> Sample:
@@ -94,10 +148,17 @@ def _perturbed(sample: Sample, seed: int) -> Sample:
 
 
 def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sample]]:
-    """Adapt a user's sample source into the registry's ``fn(seed, dtype, device)`` form."""
+    """Adapt a user's sample source into the registry's ``fn(seed, dtype, device)`` form.
+
+    A callable that accepts a seed is called once per slice with a derived seed (so
+    index tensors stay valid); one without is called once and its floating data
+    perturbed per slice. Floating tensors are cast to the run's dtype.
+    """
     if isinstance(samples, (list, tuple)):
         fixed = _as_samples(samples)
-        return lambda seed, dtype, device: [_perturbed(s, seed) if seed else s for s in fixed]
+        return lambda seed, dtype, device: [
+            _cast(_perturbed(s, seed) if seed else s, dtype, device) for s in fixed
+        ]
     if not callable(samples):
         raise UsageError(
             f"samples must be a callable returning argument tuples or Sample objects, got "
@@ -106,14 +167,19 @@ def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sampl
     if _accepts_seed(samples):
 
         def seeded(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
-            return _as_samples(samples(seed))
+            return [_cast(s, dtype, device) for s in _call_samples(samples, seed)]
 
+        seeded.user_seeded = True  # type: ignore[attr-defined]
         return seeded
 
     def unseeded(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
-        base = _as_samples(samples())
-        return [_perturbed(s, derive_seed("perturb", seed)) if seed else s for s in base]
+        base = _call_samples(samples)
+        return [
+            _cast(_perturbed(s, derive_seed("perturb", seed)) if seed else s, dtype, device)
+            for s in base
+        ]
 
+    unseeded.user_seeded = False  # type: ignore[attr-defined]
     return unseeded
 
 
@@ -148,47 +214,94 @@ def make_entry(
     )
 
 
-def choose_batch_sizes(entry: Entry, options: Options, *, fixed: bool) -> Options:
-    """Batch sizes no sample dim uses; with ``fixed`` sizes, refuse a colliding sample instead."""
-    base = entry.make_samples(0, options.dtype, options.device)
-    if not base:
-        raise UsageError(f"the samples for {entry.name} are empty; return at least one sample")
+def base_samples(entry: Entry, options: Options) -> list[Sample]:
+    """The samples the run starts from (seed as the runner derives it); UsageError if unusable."""
+    from .runner import EntryData
+
+    try:
+        samples = list(EntryData(entry, options).base_samples())
+    except UsageError:
+        raise
+    except Exception as e:
+        from .isolation import describe_exception
+
+        raise SamplesError(
+            f"the samples for {entry.name} could not be built: {describe_exception(e)}"
+        ) from e
+    if not samples:
+        raise SamplesError(f"the samples for {entry.name} are empty; return at least one sample")
+    return samples
+
+
+def _chunk_for(safe: Sequence[int], used: set[int]) -> tuple[int, int]:
+    """A (batch, chunk) pair whose chunks (k and the remainder) avoid every sample dim."""
+    for b in safe[1:]:
+        for k in safe:
+            if k < b and (b % k < 2 or b % k not in used):
+                return b, k
+    return 2 * safe[0], safe[0]
+
+
+def choose_batch_sizes(
+    entry: Entry,
+    options: Options,
+    *,
+    fixed: bool = False,
+    fixed_single: bool | None = None,
+    fixed_nested: bool | None = None,
+) -> Options:
+    """Batch sizes no sample dim uses; refuse a sample only where the caller fixed a colliding size.
+
+    ``fixed`` fixes both the single-level and the nested sizes; ``fixed_single`` and
+    ``fixed_nested`` fix one of them (the other, and the chunked sizes, are chosen).
+    The choice is recorded in ``options.batch_size_note`` for the output and reports.
+    """
+    fixed_single = fixed if fixed_single is None else fixed_single
+    fixed_nested = fixed if fixed_nested is None else fixed_nested
+    base = base_samples(entry, options)
     used: set[int] = set()
     for s in base:
         used |= sample_dim_sizes(s.args)
-    if fixed:
+    safe = safe_batch_sizes(used, 8)
+
+    def refuse(sizes: Sequence[int], flag: str, suggestion: str) -> None:
         for i, s in enumerate(base):
-            hz = find_hazards(s.args, options.hazard_sizes())
+            hz = find_hazards(s.args, sizes)
             if hz:
                 h = hz[0]
-                ok = safe_batch_sizes(used, 1)[0]
                 raise UsageError(
-                    f"sample {i} ({s.name or 'unnamed'}): argument {h.arg} has size {h.size} at dim "
-                    f"{h.dim}, equal to batch size {h.size}; use --batch-size {ok} (a size no "
-                    "sample dimension uses) or let the suite choose"
+                    f"sample {i} ({s.name or 'unnamed'}): argument {h.arg} has size {h.size} at "
+                    f"dim {h.dim}, equal to the batch size {h.size} you fixed with {flag}; use "
+                    f"{flag} {suggestion} (no sample dimension uses it), or leave {flag} out and "
+                    "let the suite choose"
                 )
+
+    if fixed_single:
+        refuse(options.batch_sizes, "--batch-size", str(safe[0]))
+    if fixed_nested:
+        refuse(options.nested_batch_sizes, "--nested-batch-sizes", f"{safe[0]},{safe[1]}")
+    changes: dict[str, Any] = {}
+    said = []
+    if not fixed_single and used & set(options.batch_sizes):
+        changes["batch_sizes"] = (safe[0],)
+        said.append(f"batch size {safe[0]}")
+    if not fixed_nested and used & set(options.nested_batch_sizes):
+        changes["nested_batch_sizes"] = (safe[0], safe[1])
+        said.append(f"nested sizes {safe[0]},{safe[1]}")
+    b, k = options.chunk
+    if used & {b, k, b % k} - {0, 1}:  # a last chunk of 1 is checked by the others
+        changes["chunk"] = _chunk_for(safe, used)
+        said.append(f"chunked {changes['chunk'][0]} in chunks of {changes['chunk'][1]}")
+    if not changes:
         return options
-    if not any(find_hazards(s.args, options.hazard_sizes()) for s in base):
-        return options
-    safe = safe_batch_sizes(used, 6)
-    single, nested = safe[0], (safe[0], safe[1])
-    chunk = None
-    for b in safe[2:]:
-        for k in safe:
-            if k < b and (b % k == 0 or b % k in safe):
-                chunk = (b, k)
-                break
-        if chunk:
-            break
-    chunk = chunk or (2 * safe[0], safe[0])
+    defaults = Options()
     note = (
-        f"sample dims use sizes {sorted(used)}, so the suite chose batch size {single}, "
-        f"nested sizes {nested} and chunked {chunk[0]} in chunks of {chunk[1]} (no sample "
-        "dimension equals a batch size, so a misplaced batch dim fails loudly)"
+        f"sample dims use sizes {sorted(used)}, which include default batch sizes "
+        f"{sorted(used & set(defaults.hazard_sizes()))}; so the suite chose {', '.join(said)}, "
+        "which no sample dimension uses (a misplaced batch dim then fails loudly instead of "
+        "broadcasting)"
     )
-    return options.replace(
-        batch_sizes=(single,), nested_batch_sizes=nested, chunk=chunk, batch_size_note=note
-    )
+    return options.replace(batch_size_note=note, **changes)
 
 
 def check(
@@ -204,19 +317,109 @@ def check(
     name: str | None = None,
     gradient: str = GRADIENT_DERIVATIVE,
     tolerances: Tolerances | None = None,
-    timeout_s: float | None = None,
-    target: str | None = None,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    target: Any = None,
+    expectations: Any = None,
+    plan_cap: int = 16,
     **capabilities: Any,
 ) -> RunResult:
-    """Run the checks on one Function and return the results (never raises for a bad Function).
+    """Run the checks on one Function in this process and return the results.
 
+    Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or
+    ``timeout``); raises ``UsageError`` for bad input (samples that raise or are
+    empty, a hazardous sample with fixed batch sizes, an unknown check).
     ``capabilities`` override what is read from the class (``inplace_args=(0,)``,
     ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
+    ``expectations`` is a path to an expectations file (or a parsed one).
     """
+    entry, options = prepare(
+        function,
+        samples,
+        checks=checks,
+        batch_sizes=batch_sizes,
+        nested_batch_sizes=nested_batch_sizes,
+        seed=seed,
+        dtype=dtype,
+        device=device,
+        name=name,
+        gradient=gradient,
+        tolerances=tolerances,
+        timeout_s=timeout_s,
+        plan_cap=plan_cap,
+        **capabilities,
+    )
+    exps = _expectations(expectations)
+    if target is None:
+        target = infer_target(function, samples, name=name, gradient=gradient, **capabilities)
+    started = time.time()
+    results: list[CaseResult] = []
+    select = None
+    if exps is not None:
+        from .expectations import skip_result
+
+        def select(case: Any) -> bool:
+            skipped = skip_result(exps, case)
+            if skipped is not None:
+                results.append(skipped)
+            return skipped is None
+
+    run_entries([entry], options, target=target, select=select, collect=results)
+    result = RunResult(
+        results, run_metadata(options, started=started, source="user", target=str(target or ""))
+    )
+    if exps is not None:
+        from .expectations import apply
+
+        for r in result.cases:
+            apply(exps, r)
+        result.metadata["unmatched_expectations"] = [
+            e.id for e in exps.unmatched([c.id for c in result.cases])
+        ]
+    return result
+
+
+def _expectations(expectations: Any) -> Any:
+    if expectations is None:
+        return None
+    from . import expectations as ex
+
+    if isinstance(expectations, ex.Expectations):
+        return expectations
+    try:
+        return ex.load(expectations)
+    except ex.ExpectationsError as e:
+        raise UsageError(str(e)) from None
+
+
+def prepare(
+    function: Any,
+    samples: Any,
+    *,
+    checks: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    nested_batch_sizes: Sequence[int] | None = None,
+    seed: int = 0,
+    dtype: torch.dtype | str = torch.float32,
+    device: str = "cpu",
+    name: str | None = None,
+    gradient: str = GRADIENT_DERIVATIVE,
+    tolerances: Tolerances | None = None,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    plan_cap: int = 16,
+    **capabilities: Any,
+) -> tuple[Entry, Options]:
+    """The entry and options ``check`` runs with: samples validated, batch sizes chosen."""
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
+    if checks is not None:
+        from .checks import check_names
+
+        known = check_names()
+        for c in checks:
+            if c not in known:
+                raise UsageError(f"unknown check {c!r}; known checks: {', '.join(known)}")
     entry = make_entry(
         function, samples, name=name, gradient=gradient, tolerances=tolerances, **capabilities
     )
@@ -226,18 +429,76 @@ def check(
         dtype=dtype,
         device=device,
         timeout_s=timeout_s,
+        plan_cap=plan_cap,
     )
     if batch_sizes is not None:
-        if not batch_sizes or any(int(b) < 2 for b in batch_sizes):
-            raise UsageError(f"batch sizes must be integers >= 2, got {list(batch_sizes)}")
-        options = options.replace(batch_sizes=tuple(int(b) for b in batch_sizes))
+        sizes = _sizes(batch_sizes, "batch_sizes")
+        options = options.replace(batch_sizes=sizes)
     if nested_batch_sizes is not None:
-        options = options.replace(nested_batch_sizes=tuple(int(b) for b in nested_batch_sizes))
-    fixed = batch_sizes is not None or nested_batch_sizes is not None
-    options = choose_batch_sizes(entry, options, fixed=fixed)
-    started = time.time()
-    cases = run_entries([entry], options, target=target)
-    return RunResult(cases, run_metadata(options, started=started, source="user", target=target))
+        sizes = _sizes(nested_batch_sizes, "nested_batch_sizes")
+        if len(set(sizes)) != len(sizes) or len(sizes) < 2:
+            raise UsageError("nested batch sizes need two or more different sizes, e.g. (2, 3)")
+        options = options.replace(nested_batch_sizes=sizes)
+    options = choose_batch_sizes(
+        entry,
+        options,
+        fixed_single=batch_sizes is not None,
+        fixed_nested=nested_batch_sizes is not None,
+    )
+    return entry, options
+
+
+def _sizes(values: Any, what: str) -> tuple[int, ...]:
+    if isinstance(values, int):
+        values = (values,)
+    try:
+        sizes = tuple(int(b) for b in values)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be integers >= 2, got {values!r}") from None
+    if not sizes or any(b < 2 for b in sizes):
+        raise UsageError(
+            f"{what} must be integers >= 2 (a batch of 1 hides batching bugs), got {list(sizes)}"
+        )
+    return sizes
+
+
+def _importable(obj: Any) -> str | None:
+    """``module:qualname`` (or ``path/file.py:qualname`` for __main__) when ``obj`` can be reimported."""
+    import sys
+
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    mod = sys.modules.get(module)
+    if mod is None:
+        return None
+    if module == "__main__" or getattr(mod, "__spec__", None) is None:
+        path = getattr(mod, "__file__", None)
+        return f"{path}:{qualname}" if path else None
+    return f"{module}:{qualname}"
+
+
+def infer_target(function: Any, samples: Any, **fields: Any) -> Any:
+    """A TargetSpec for a Python-API call, so repro commands name the user's module; else None."""
+    from .targets import TargetSpec
+
+    target = _importable(function)
+    if target is None:
+        return None
+    samples_spec = _importable(samples) if callable(samples) else None
+    if samples_spec is None and not isinstance(samples, (list, tuple)):
+        return None
+    if samples_spec is None:
+        return None  # literal sample lists cannot be named on a command line
+    caps = {k: v for k, v in fields.items() if k not in ("name", "gradient")}
+    return TargetSpec(
+        target,
+        samples_spec,
+        gradient=fields.get("gradient") or GRADIENT_DERIVATIVE,
+        capabilities=caps,
+        name=fields.get("name"),
+    )
 
 
 def format_failures(result: RunResult) -> str:

@@ -134,6 +134,8 @@ def check_output_paths(args: argparse.Namespace) -> None:
         probe = parent
         while not os.path.exists(probe):
             probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            raise CliError(f"--{flag} {path}: {probe} is a file, not a directory")
         if not os.access(probe, os.W_OK):
             raise CliError(f"--{flag} {path}: cannot write there (no permission on {probe})")
 
@@ -304,9 +306,14 @@ def execute(
     args: argparse.Namespace,
     *,
     source: str,
-    target: str | None = None,
+    target: Any = None,
+    summary: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
-    """Run the cases in-process or in workers, apply expectations, write reports, print."""
+    """Run the cases in-process or in workers, apply expectations, write reports, print.
+
+    ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
+    ``summary`` replaces the default printed summary.
+    """
     from .metadata import run_metadata
     from .runner import run_entries
 
@@ -322,7 +329,8 @@ def execute(
             raise CliError(str(e)) from None
     workers = getattr(args, "workers", None)
     interrupted = False
-    if workers not in (None, "0", "1"):
+    isolate = getattr(args, "isolate", False)  # afdb check: a worker process even for one
+    if workers not in (None, "0", "1") or (isolate and workers != "0"):
         try:
             from .parallel import run_parallel
         except ModuleNotFoundError:
@@ -330,17 +338,26 @@ def execute(
                 "-n needs harness.parallel, which this build lacks; run without -n"
             ) from None
         cases = run_parallel(
-            entries, options, workers, source=source, target=target, progress=progress
+            entries,
+            options,
+            workers or "1",
+            source=source,
+            target=target,
+            progress=progress,
+            expectations=getattr(args, "expectations", None),
         )
     else:
         select = None
+        cases = []
         if expectations is not None:
-            from .expectations import should_skip
+            from .expectations import skip_result
 
             def select(case: Any) -> bool:
-                return should_skip(expectations, case.id) is None
+                skipped = skip_result(expectations, case)  # recorded, not run
+                if skipped is not None:
+                    cases.append(skipped)
+                return skipped is None
 
-        cases = []
         try:
             cases = run_entries(
                 entries, options, progress=progress, target=target, select=select, collect=cases
@@ -348,12 +365,17 @@ def execute(
         except KeyboardInterrupt:
             interrupted = True
     progress.flush()
-    result = RunResult(cases, run_metadata(options, started=started, source=source, target=target))
+    result = RunResult(
+        cases,
+        run_metadata(options, started=started, source=source, target=str(target or "") or None),
+    )
+    if hasattr(target, "to_dict"):
+        result.metadata["target_spec"] = target.to_dict()
     result.metadata["interrupted"] = interrupted
     for warning in apply_expectations(result, getattr(args, "expectations", None)):
         print(f"warning: {warning}", file=sys.stderr)
     write_reports(result, args)
-    print_summary(result)
+    (summary or print_summary)(result)
     return result
 
 

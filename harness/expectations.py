@@ -63,11 +63,66 @@ class Expectations:
         )
 
 
+PLACEHOLDER = "TODO: say why this case is expected to fail (a link or words)"
+
+
 def _where(text: str, needle: str) -> str:
     for n, line in enumerate(text.splitlines(), 1):
         if needle in line:
             return f"line {n}"
     return "somewhere"
+
+
+def _item_lines(text: str) -> list[int]:
+    """The line where each element of the top-level "expectations" list starts.
+
+    The json module keeps no positions, so this scans the (already valid) JSON:
+    strings are skipped, depth is tracked, and elements of the array that follows
+    the "expectations" key at depth 1 are recorded.
+    """
+    lines: list[int] = []
+    depth = 0
+    line = 1
+    i = 0
+    last_key = None
+    in_array = False
+    expect_value = False
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            token = text[i + 1 : j]
+            if in_array and depth == 2 and expect_value:
+                lines.append(line)
+                expect_value = False
+            if depth == 1:
+                last_key = token
+            i = j + 1
+            continue
+        elif ch in "[{":
+            if in_array and depth == 2 and expect_value:
+                lines.append(line)
+                expect_value = False
+            depth += 1
+            if ch == "[" and depth == 2 and last_key == "expectations":
+                in_array = True
+                expect_value = True
+        elif ch in "]}":
+            depth -= 1
+            if depth == 1 and in_array:
+                in_array = False
+        elif ch == "," and in_array and depth == 2:
+            expect_value = True
+        elif not ch.isspace() and in_array and depth == 2 and expect_value:
+            lines.append(line)
+            expect_value = False
+        i += 1
+    return lines
 
 
 def parse(text: str, path: str = "<expectations>") -> Expectations:
@@ -84,16 +139,28 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
         )
     items = []
     seen: set[str] = set()
+    item_lines = _item_lines(text)
+    unknown_top = sorted(set(data) - {"schema", "expectations"})
+    if unknown_top:
+        raise ExpectationsError(
+            f"{path}: {_where(text, json.dumps(unknown_top[0]))}: unknown key "
+            f'{unknown_top[0]!r}; the file holds only "schema" and "expectations"'
+        )
     for i, item in enumerate(raw):
+        where = f"line {item_lines[i]}" if i < len(item_lines) else f"expectation {i}"
         if not isinstance(item, dict):
             raise ExpectationsError(
-                f"{path}: expectation {i}: must be an object with id, status, reason"
+                f"{path}: {where}: expectation {i} must be an object with id, status, reason"
+            )
+        extra = sorted(set(item) - {"id", "status", "reason"})
+        if extra:
+            raise ExpectationsError(
+                f"{path}: {where}: unknown key {extra[0]!r}; an expectation has id, status, reason"
             )
         cid = item.get("id")
-        where = _where(text, json.dumps(cid)) if isinstance(cid, str) else f"expectation {i}"
         if not isinstance(cid, str) or not cid:
             raise ExpectationsError(
-                f'{path}: expectation {i}: "id" must be a non-empty case id or prefix'
+                f'{path}: {where}: "id" must be a non-empty case id or prefix, got {cid!r}'
             )
         if item.get("status") not in STATUSES:
             raise ExpectationsError(
@@ -103,6 +170,7 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
         if not isinstance(reason, str) or not reason.strip() or reason.strip().startswith("TODO"):
             raise ExpectationsError(
                 f"{path}: {where}: {cid}: a reason is required (a link or words), got {reason!r}"
+                + ("; replace the placeholder that --accept wrote" if reason == PLACEHOLDER else "")
             )
         if cid in seen:
             raise ExpectationsError(f"{path}: {where}: {cid}: listed twice")
@@ -163,9 +231,7 @@ def from_results(results: list[CaseResult], previous: Expectations | None = None
                     items.append(exp)
             elif r.id not in covered:
                 covered.add(r.id)
-                items.append(
-                    Expectation(r.id, XFAIL, "TODO: say why this case is expected to fail")
-                )
+                items.append(Expectation(r.id, XFAIL, PLACEHOLDER))
         elif r.status == SKIP:
             exp = previous.lookup(r.id) if previous else None
             if exp is not None and exp.id not in covered:
@@ -176,3 +242,63 @@ def from_results(results: list[CaseResult], previous: Expectations | None = None
 
 def as_dict(e: Expectation) -> dict[str, Any]:
     return {"id": e.id, "status": e.status, "reason": e.reason}
+
+
+def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | None:
+    """A ``skip`` record for a case the file skips (it is not run), else None."""
+    exp = should_skip(expectations, case.id)
+    if exp is None:
+        return None
+    return CaseResult(
+        id=case.id,
+        entry=case.entry,
+        check=case.check,
+        sample=case.sample_index,
+        sample_name=case.sample_name,
+        plan=case.plan.to_dict() if case.plan is not None else None,
+        status=SKIP,
+        message=f"skipped by expectation: {exp.reason}",
+    )
+
+
+def load_previous(path: str | Path) -> Expectations | None:
+    """The file as it is, for ``--accept`` (None when missing; placeholders are tolerated)."""
+    p = Path(path)
+    if not p.exists():
+        return None
+    text = p.read_text()
+    try:
+        return parse(text, str(path))
+    except ExpectationsError:
+        data = json.loads(text)  # a placeholder left unfilled: keep what is there
+        items = tuple(
+            Expectation(e["id"], e.get("status", XFAIL), e.get("reason") or PLACEHOLDER)
+            for e in data.get("expectations", [])
+            if isinstance(e, dict) and isinstance(e.get("id"), str)
+        )
+        return Expectations(items, str(path))
+
+
+def accept(path: str | Path, results: list[CaseResult]) -> tuple[Expectations, list[str]]:
+    """Rewrite ``path`` from a run: keep matching entries and their reasons, drop what passes now.
+
+    Returns the new expectations and one line per change, for the user.
+    """
+    from .report import write_atomic
+
+    try:
+        previous = load_previous(path)
+    except (OSError, ValueError) as err:
+        raise ExpectationsError(f"{path}: cannot read it to --accept ({err})") from None
+    new = from_results(results, previous)
+    changes = []
+    old_ids = {e.id for e in previous.items} if previous else set()
+    new_ids = {e.id for e in new.items}
+    for e in new.items:
+        if e.id not in old_ids:
+            changes.append(f"added {e.id} (xfail): write its reason in {path}")
+    for e in previous.items if previous else ():
+        if e.id not in new_ids:
+            changes.append(f"removed {e.id} (it passes now, or matches no case)")
+    write_atomic(path, new.to_json() + "\n")
+    return Expectations(new.items, str(path)), changes

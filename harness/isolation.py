@@ -9,12 +9,19 @@ and put back, so the next case starts clean.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import io
+import os
+import re
 import signal
+import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -88,7 +95,10 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
 
     def on_alarm(signum: int, frame: object) -> None:
-        raise CaseTimeout(f"the case ran longer than {seconds:g} s")
+        raise CaseTimeout(
+            f"the case ran longer than its {seconds:g} s limit (raise it with --timeout, or "
+            "timeout_s= in the Python API, if the Function is just slow)"
+        )
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -122,3 +132,176 @@ def describe_exception(exc: BaseException, limit: int = 2000) -> str:
         message = message[:limit] + f"... [{len(message) - limit} characters truncated]"
     where = user_frame(exc.__traceback__)
     return f"{message} (at {where})" if where else message
+
+
+#: Seconds a case may run before it counts as ``timeout`` when nothing else is said.
+DEFAULT_TIMEOUT_S = 300.0
+
+#: Characters of a case's printed output kept in its report (half from the start, half the end).
+OUTPUT_LIMIT = 4000
+
+
+class _HeadTail(io.TextIOBase):
+    """A text stream that keeps the first and last ``limit // 2`` characters and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1)
+        self.head: list[str] = []
+        self.head_len = 0
+        self.tail = ""
+        self.total = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        s = str(s)
+        n = len(s)
+        self.total += n
+        if self.head_len < self.half:
+            take = s[: self.half - self.head_len]
+            self.head.append(take)
+            self.head_len += len(take)
+            s = s[len(take) :]
+        if s:
+            self.tail = (self.tail + s)[-self.half :]
+        return n
+
+    def text(self) -> tuple[str, str, int]:
+        return "".join(self.head), self.tail, self.total
+
+
+@dataclass
+class CapturedOutput:
+    """What a case printed: its start, its end, and how much there was."""
+
+    head: str = ""
+    tail: str = ""
+    total: int = 0
+
+    def add(self, head: str, tail: str, total: int) -> None:
+        self.head += head
+        self.tail += tail
+        self.total += total
+
+    def describe(self, limit: int = OUTPUT_LIMIT) -> str:
+        """The output for a report: whole when short, else its start and end with a marker."""
+        if not self.total:
+            return ""
+        if self.total <= limit:
+            return (self.head + self.tail)[:limit]
+        return (
+            f"{self.head}\n... [{self.total - len(self.head) - len(self.tail)} of {self.total} "
+            f"characters truncated] ...\n{self.tail}"
+        )
+
+
+def _flush_c_stdio() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except Exception:
+        pass
+
+
+@contextlib.contextmanager
+def capture_output(limit: int = OUTPUT_LIMIT) -> Iterator[CapturedOutput]:
+    """Capture what the block prints, from Python and from native code (file descriptors 1, 2).
+
+    Only the first and last ``limit // 2`` characters are kept, so a Function that
+    prints megabytes costs a temporary file, not memory, and its report stays small.
+    """
+    captured = CapturedOutput()
+    py_out = _HeadTail(limit)
+    saved_streams = (sys.stdout, sys.stderr)
+    fd_file = None
+    saved_fds: list[tuple[int, int]] = []
+    try:
+        fd_file = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed in finally)
+        for fd in (1, 2):
+            saved_fds.append((fd, os.dup(fd)))
+        for s in saved_streams:
+            with contextlib.suppress(Exception):
+                s.flush()
+        for fd in (1, 2):
+            os.dup2(fd_file.fileno(), fd)
+    except (OSError, ValueError):
+        for fd, copy in saved_fds:
+            os.dup2(copy, fd)
+            os.close(copy)
+        saved_fds = []
+    sys.stdout = sys.stderr = py_out  # type: ignore[assignment]
+    try:
+        yield captured
+    finally:
+        sys.stdout, sys.stderr = saved_streams
+        _flush_c_stdio()
+        for fd, copy in saved_fds:
+            os.dup2(copy, fd)
+            os.close(copy)
+        if fd_file is not None:
+            size = os.fstat(fd_file.fileno()).st_size
+            half = max(limit // 2, 1)
+            fd_file.seek(0)
+            head = fd_file.read(half).decode("utf-8", "replace")
+            tail = ""
+            if size > half:
+                fd_file.seek(max(half, size - half))
+                tail = fd_file.read().decode("utf-8", "replace")
+            fd_file.close()
+            captured.add(head, tail, size)
+        captured.add(*py_out.text())
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float | None, file: Any = None) -> Iterator[None]:
+    """Kill this process (dumping every thread's stack to ``file``) if the block outlives ``seconds``.
+
+    The last resort for a hang in native code that the SIGALRM limit cannot
+    interrupt; only for worker processes, whose death the controller turns into
+    a ``timeout`` record.
+    """
+    if not seconds or seconds <= 0:
+        yield
+        return
+    out: Any = file or sys.__stderr__
+    faulthandler.dump_traceback_later(seconds, exit=True, file=out)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def describe_output(printed: CapturedOutput, status: str, limit: int = OUTPUT_LIMIT) -> str:
+    """What a case printed, for its report: kept for a non-passing case, else only a size note."""
+    if not printed.total:
+        return ""
+    if status in ("pass", "unsupported"):
+        if printed.total > limit:
+            return f"(the case printed {printed.total} characters; not kept for a passing case)"
+        return ""
+    what = (
+        f"printed output ({printed.total} characters, truncated to the first and last {limit // 2})"
+        if printed.total > limit
+        else "printed output"
+    )
+    return f"{what}:\n{printed.describe(limit)}"
+
+
+_DUMP_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def user_frame_from_dump(dump: str) -> str:
+    """The innermost user frame in a faulthandler dump (most recent call first), else ''."""
+    import sysconfig
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    for m in _DUMP_FRAME.finditer(dump):
+        if m["file"].startswith(stdlib) and "site-packages" not in m["file"]:
+            continue
+        if not any(part in m["file"] for part in _INTERNAL) and not any(
+            p in m["file"] for p in ("/_pytest/", "/pluggy/", "/xdist/", "/execnet/")
+        ):
+            return f"{m['file']}:{m['line']} in {m['name']}"
+    return ""

@@ -1,1 +1,299 @@
-"""pytest plugin for autograd-function-db (conformance cases as pytest items)."""
+"""The pytest plugin: a Function's conformance cases as ordinary pytest items.
+
+A user adds one small module to their own test suite::
+
+    # tests/test_conformance.py
+    from harness.pytest_plugin import conformance_tests
+    from mylib.rotations import Rotate, rotate_samples
+
+    test_rotate = conformance_tests(Rotate, rotate_samples)
+
+and gets one item per case, ``test_rotate[Rotate/vmap/s0/in_dims=(0,)]``, with
+stable ids (so ``-k vmap_nested``, ``-n auto`` and ``--junitxml`` work). A
+failing case fails its item with the message and the ``afdb repro`` command;
+``unsupported`` cases are skipped with their reason; expectations give
+``xfail`` and ``skip``. ``database_tests()`` does the same for the database.
+
+The module is registered through the ``pytest11`` entry point, so it loads in
+every pytest run of an environment where the suite is installed: it imports
+nothing heavy until a test module asks for cases. It also powers
+``afdb run -n`` / ``afdb check``: ``harness.parallel`` generates a module calling
+``config_tests(CONFIG)``, whose items write their results to per-worker
+JSON-lines files, and the controller hook below records a crashed worker's item.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+# --- building a suite ---------------------------------------------------------------------
+
+
+class _Suite:
+    """The cases of some entries under some options, built once per process."""
+
+    def __init__(
+        self,
+        entries: Sequence[Any],
+        options: Any,
+        *,
+        target: Any = None,
+        expectations: Any = None,
+        results_dir: str | None = None,
+    ) -> None:
+        from .runner import EntryData, enumerate_cases
+
+        self.options = options
+        self.target = target
+        self.expectations = expectations
+        self.results_dir = results_dir
+        self.cases: dict[str, tuple[Any, Any]] = {}
+        for entry in entries:
+            data = EntryData(entry, options)
+            for case in enumerate_cases(data):
+                self.cases[case.id] = (data, case)
+
+    def ids(self) -> list[str]:
+        return list(self.cases)
+
+    def run(self, case_id: str) -> Any:
+        from .expectations import apply, skip_result
+        from .runner import run_case
+
+        data, case = self.cases[case_id]
+        skipped = skip_result(self.expectations, case)
+        if skipped is not None:
+            return skipped
+        result = run_case(data, case, target=self.target)
+        if self.expectations is not None:
+            apply(self.expectations, result)
+        return result
+
+
+def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..., None]:
+    """A test function with one parameter per case id (or one failing item for bad input)."""
+    from .api import UsageError
+
+    try:
+        suite = suite_factory()
+    except UsageError as e:
+        message = str(e)
+
+        def broken(afdb_case: str) -> None:
+            pytest.fail(f"afdb: {message}", pytrace=False)
+
+        broken.__name__ = name
+        return pytest.mark.parametrize("afdb_case", ["setup"])(broken)
+
+    def test(afdb_case: str) -> None:
+        _outcome(suite.run(afdb_case))
+
+    test.__name__ = name
+    ids = suite.ids()
+    return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
+
+
+def _outcome(result: Any) -> None:
+    """Turn a case result into the pytest outcome of its item."""
+    from .results import PASS, SKIP, UNSUPPORTED, XFAIL
+
+    if result.status == PASS:
+        return
+    if result.status == UNSUPPORTED:
+        pytest.skip(f"unsupported: {result.message}")
+    if result.status == SKIP:
+        pytest.skip(result.message)
+    if result.status == XFAIL:
+        pytest.xfail(result.message)
+    text = f"{result.status}: {result.id}\n{result.message}"
+    if result.repro:
+        text += f"\nreproduce: {result.repro}"
+    pytest.fail(text, pytrace=False)
+
+
+def conformance_tests(
+    function: Any,
+    samples: Any = None,
+    *,
+    expectations: str | None = None,
+    name: str = "test_conformance",
+    **options: Any,
+) -> Callable[..., None]:
+    """A pytest test function with one item per conformance case of ``function``.
+
+    Assign it to a ``test_*`` name in a test module. ``samples`` is what
+    ``harness.check`` takes (default: the Function's ``samples`` attribute);
+    ``options`` are ``harness.check``'s keywords (``checks=``, ``batch_sizes=``,
+    ``seed=``, ``dtype=``, ``timeout_s=``, capabilities such as ``inplace_args=(0,)``).
+    ``expectations`` is an expectations file (xfail/skip per case id).
+    """
+
+    def factory() -> _Suite:
+        from .api import _expectations, function_class, infer_target, prepare
+
+        nonlocal samples
+        if samples is None:
+            samples = getattr(function, "samples", None) or getattr(
+                function_class(function), "samples", None
+            )
+            if samples is None:
+                from .api import UsageError
+
+                raise UsageError(
+                    f"{getattr(function, '__name__', function)} has no `samples` attribute; pass "
+                    "conformance_tests(function, samples)"
+                )
+        caps = {
+            k: v
+            for k, v in options.items()
+            if k
+            not in (
+                "checks",
+                "batch_sizes",
+                "nested_batch_sizes",
+                "seed",
+                "dtype",
+                "device",
+                "tolerances",
+                "timeout_s",
+                "plan_cap",
+            )
+        }
+        entry, opts = prepare(function, samples, **options)
+        target = infer_target(function, samples, **caps)
+        return _Suite([entry], opts, target=target, expectations=_expectations(expectations))
+
+    return _parametrized(name, factory)
+
+
+def database_tests(
+    names: Sequence[str] = (),
+    *,
+    source: str = "afdb",
+    expectations: str | None = None,
+    name: str = "test_database",
+    **options: Any,
+) -> Callable[..., None]:
+    """One item per case of the database (or the named entries / ``tag:TAG`` selectors)."""
+
+    def factory() -> _Suite:
+        from .api import _expectations
+        from .cli import select_entries
+        from .options import Options
+        from .sources import load_source
+
+        entries = select_entries(load_source(source), list(names))
+        opts = Options(**options)
+        return _Suite(entries, opts, expectations=_expectations(expectations))
+
+    return _parametrized(name, factory)
+
+
+# --- the internal mode that powers `afdb run -n` and `afdb check` -------------------------
+
+
+def _suite_from_config(config: dict[str, Any]) -> _Suite:
+    from .api import _expectations
+    from .options import Options
+    from .targets import TargetSpec
+
+    options = Options.from_dict(config["options"])
+    target: Any = None
+    if config.get("target"):
+        entries = [TargetSpec.from_dict(config["target"]).make_entry()]
+        target = TargetSpec.from_dict(config.get("repro_target") or config["target"])
+    else:
+        from .cli import select_entries
+        from .sources import load_source
+
+        entries = select_entries(load_source(config.get("source", "afdb")), config["entries"])
+    return _Suite(
+        entries,
+        options,
+        target=target,
+        expectations=_expectations(config.get("expectations")),
+        results_dir=config["results_dir"],
+    )
+
+
+class _WorkerFiles:
+    """This process's results file, its 'running now' marker and its fault log."""
+
+    def __init__(self, results_dir: str) -> None:
+        import faulthandler
+
+        pid = os.getpid()
+        self.results = open(os.path.join(results_dir, f"results-{pid}.jsonl"), "a")  # noqa: SIM115
+        self.running_path = os.path.join(results_dir, f"running-{pid}.txt")
+        self.faults = open(os.path.join(results_dir, f"faults-{pid}.txt"), "w")  # noqa: SIM115
+        faulthandler.enable(file=self.faults, all_threads=False)
+
+    def start(self, case_id: str) -> None:
+        with open(self.running_path, "w") as f:
+            f.write(case_id)
+
+    def record(self, result: Any) -> None:
+        self.results.write(json.dumps(result.to_dict()) + "\n")
+        self.results.flush()
+
+
+_WORKER_FILES: dict[str, _WorkerFiles] = {}
+
+
+def watchdog_grace(limit: float) -> float:
+    """Extra seconds past a case's limit before its worker is killed (SIGALRM gets the first go)."""
+    return min(30.0, max(2.0, limit))
+
+
+def config_tests(config_path: str, name: str = "test_case") -> Callable[..., None]:
+    """The items of a run described by a JSON config file (written by ``harness.parallel``)."""
+    with open(config_path) as f:
+        config = json.load(f)
+    results_dir = config["results_dir"]
+
+    def factory() -> _Suite:
+        return _suite_from_config(config)
+
+    suite_holder: list[_Suite] = []
+
+    def make() -> _Suite:
+        suite = factory()
+        suite_holder.append(suite)
+        return suite
+
+    inner = _parametrized(name, make)
+    if not suite_holder:
+        return inner  # bad input: one failing item says why
+
+    suite = suite_holder[0]
+
+    def test(afdb_case: str) -> None:
+        from .isolation import DEFAULT_TIMEOUT_S, watchdog
+
+        files = _WORKER_FILES.get(results_dir)
+        if files is None:
+            files = _WORKER_FILES[results_dir] = _WorkerFiles(results_dir)
+        files.start(afdb_case)
+        limit = suite.options.timeout_s or DEFAULT_TIMEOUT_S
+        with watchdog(limit + watchdog_grace(limit), files.faults):
+            result = suite.run(afdb_case)
+        files.record(result)
+
+    test.__name__ = name
+    ids = suite.ids()
+    return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
+    """xdist controller: a worker died running ``crashitem``; note it for harness.parallel."""
+    results_dir = os.environ.get("AFDB_RESULTS_DIR")
+    if not results_dir:
+        return
+    with open(os.path.join(results_dir, "crashed.jsonl"), "a") as f:
+        f.write(json.dumps({"nodeid": crashitem}) + "\n")

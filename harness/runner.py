@@ -17,7 +17,15 @@ from autograd_function_db.entry import Entry, Sample
 
 from .batching import ArgLayout, Plan, SliceSource, derive_seed
 from .checks import CaseContext, CheckFailure, Unsupported, check_names, get_check
-from .isolation import CaseTimeout, TorchState, describe_exception, restore, time_limit
+from .isolation import (
+    CaseTimeout,
+    TorchState,
+    capture_output,
+    describe_exception,
+    describe_output,
+    restore,
+    time_limit,
+)
 from .options import Options
 from .results import (
     ERROR,
@@ -105,16 +113,36 @@ def enumerate_cases(data: EntryData) -> list[Case]:
     return cases
 
 
-def repro_command(case_id_: str, options: Options, target: str | None = None) -> str:
-    cmd = ["afdb", "repro", case_id_, "--seed", str(options.seed)]
-    if target:
-        cmd += ["--target", target]
+def repro_command(case_id_: str, options: Options, target: object = None) -> str:
+    """The ``afdb repro`` command that writes a standalone script for this case.
+
+    ``target`` is a user target (an object with ``cli_args()``, e.g. a
+    ``harness.targets.TargetSpec``, so TARGET, --samples and declared capabilities
+    come back), a plain string (``--target``), or None for a database entry.
+    """
+    cmd = ["afdb", "repro", case_id_]
+    cli_args = getattr(target, "cli_args", None)
+    if callable(cli_args):
+        cmd += list(cli_args())
+    elif target:
+        cmd += ["--target", str(target)]
+    cmd += ["--seed", str(options.seed)]
     if options.dtype is not None:
         cmd += ["--dtype", str(options.dtype).replace("torch.", "")]
+    defaults = Options()
+    if options.device != defaults.device:
+        cmd += ["--device", options.device]
+    if options.plan_cap != defaults.plan_cap:
+        cmd += ["--plan-cap", str(options.plan_cap)]
+    if not callable(cli_args) and not options.batch_size_note:
+        if options.batch_sizes != defaults.batch_sizes:
+            cmd += ["--batch-size", ",".join(map(str, options.batch_sizes))]
+        if options.nested_batch_sizes != defaults.nested_batch_sizes:
+            cmd += ["--nested-batch-sizes", ",".join(map(str, options.nested_batch_sizes))]
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def run_case(data: EntryData, case: Case, *, target: str | None = None) -> CaseResult:
+def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResult:
     """Run one case; never raises. Leaked global state is reported and restored."""
     options = data.options
     spec = get_check(case.check)
@@ -134,43 +162,48 @@ def run_case(data: EntryData, case: Case, *, target: str | None = None) -> CaseR
         return result
     state = TorchState.capture()
     start = time.perf_counter()
-    try:
-        with time_limit(options.timeout_s):
-            assert case.sample_index is not None
-            ctx = CaseContext(
-                entry=data.entry,
-                case_id=case.id,
-                sample_index=case.sample_index,
-                sample=data.base_samples()[case.sample_index],
-                plan=case.plan,
-                slices=data.slices(case.sample_index),
-                options=options,
-            )
-            used = spec.run(ctx)
-            if used:
-                result.reference = used
-            if ctx.notes:
-                result.message = "; ".join(ctx.notes)
-    except CheckFailure as e:
-        result.status, result.message = FAIL, str(e)
-    except Unsupported as e:
-        result.status, result.message = UNSUPPORTED, str(e)
-    except CaseTimeout as e:
-        result.status, result.message = TIMEOUT, str(e)
-    except Exception as e:
-        where = f"{case.check} {case.plan.id}" if case.plan else case.check
-        result.status, result.message = (
-            ERROR,
-            f"{where}: the Function raised {describe_exception(e)}",
-        )
-    finally:
-        result.duration_s = time.perf_counter() - start
-        leaked = restore(state)
-    if leaked:
+    with capture_output() as printed:
+        try:
+            with time_limit(options.timeout_s):
+                assert case.sample_index is not None
+                ctx = CaseContext(
+                    entry=data.entry,
+                    case_id=case.id,
+                    sample_index=case.sample_index,
+                    sample=data.base_samples()[case.sample_index],
+                    plan=case.plan,
+                    slices=data.slices(case.sample_index),
+                    options=options,
+                )
+                used = spec.run(ctx)
+                if used:
+                    result.reference = used
+                if ctx.notes:
+                    result.message = "; ".join(ctx.notes)
+        except CheckFailure as e:
+            result.status, result.message = FAIL, str(e)
+        except Unsupported as e:
+            result.status, result.message = UNSUPPORTED, str(e)
+        except CaseTimeout as e:
+            result.status, result.message = TIMEOUT, str(e)
+        except SystemExit as e:
+            result.status = ERROR
+            result.message = f"the Function called sys.exit({e.code!r}): {describe_exception(e)}"
+        except Exception as e:
+            where = f"{case.check} {case.plan.id}" if case.plan else case.check
+            result.status = ERROR
+            result.message = f"{where}: the Function raised {describe_exception(e)}"
+        finally:
+            result.duration_s = time.perf_counter() - start
+            leaked = restore(state)
+    if leaked and result.status != TIMEOUT:
         note = "the Function " + "; ".join(leaked) + " (restored before the next case)"
         if result.status == PASS:
             result.status = ERROR
         result.message = f"{result.message}; {note}" if result.message else note
+    output_note = describe_output(printed, result.status)
+    if output_note:
+        result.message = f"{result.message}\n{output_note}" if result.message else output_note
     if result.status not in (PASS, UNSUPPORTED):
         result.repro = repro_command(case.id, options, target)
     return result
@@ -182,7 +215,7 @@ def run_entries(
     *,
     select: Callable[[Case], bool] | None = None,
     progress: Callable[[CaseResult], None] | None = None,
-    target: str | None = None,
+    target: object = None,
     collect: list[CaseResult] | None = None,
 ) -> list[CaseResult]:
     """Run every case of every entry in this process, in order.

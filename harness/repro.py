@@ -1,0 +1,550 @@
+"""Standalone reproducers: one Python script per case that imports only torch and the Function.
+
+The script inlines the data-building logic of the harness (the same derived
+seeds, the same per-slice draws, the same stacking at each level's in_dims), so
+it rebuilds exactly the batched inputs of the case, runs the transform and the
+reference, prints the mismatch and exits 1 when the failure reproduces (0 when
+it does not). It never imports ``harness``: it can be attached to a bug report.
+
+vmap, vmap_nested, vmap_chunked and contract are reproduced exactly. The
+autodiff checks rebuild the exact sample and compare the transform with
+central finite differences in float64 (or, for the vmap compositions, with a
+loop of per-slice transforms); the tangents and cotangents are the script's own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from autograd_function_db.entry import Entry
+
+from .options import Options
+from .runner import Case
+
+VMAP_CHECKS = ("vmap", "vmap_nested", "vmap_chunked", "contract")
+
+
+def _user_loader(spec: Any, entry: Entry) -> str:
+    samples_expr = "load(SAMPLES_SPEC)" if spec.samples else "_samples_attr()"
+    seeded = bool(getattr(entry.samples, "user_seeded", True))
+    target = _portable(spec._resolved(spec.target))
+    samples = _portable(spec._resolved(spec.samples)) if spec.samples else None
+    return f'''
+TARGET_SPEC = {target!r}
+SAMPLES_SPEC = {samples!r}
+#: Whether the samples callable takes a seed (called once per slice) or not
+#: (called once, floating data perturbed per slice), as the harness decided.
+SEEDED = {seeded!r}
+
+
+def load(spec):
+    module, _, attr = spec.rpartition(":")
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        path = os.path.abspath(module)
+        sys.path.insert(0, os.path.dirname(path))
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name in sys.modules and os.path.abspath(getattr(sys.modules[name], "__file__", "")) == path:
+            mod = sys.modules[name]
+        else:
+            spec_ = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec_)
+            sys.modules[name] = mod
+            spec_.loader.exec_module(mod)
+    else:
+        sys.path.insert(0, os.getcwd())
+        mod = importlib.import_module(module)
+    obj = mod
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+TARGET = load(TARGET_SPEC)
+if isinstance(TARGET, type) and issubclass(TARGET, torch.autograd.Function):
+    FUNCTION, CALL = TARGET, TARGET.apply
+else:
+    FUNCTION = next(
+        getattr(TARGET, a)
+        for a in ("autograd_function", "function", "__self__")
+        if isinstance(getattr(TARGET, a, None), type)
+    )
+    CALL = TARGET
+
+
+def _samples_attr():
+    return getattr(TARGET, "samples", None) or FUNCTION.samples
+
+
+SAMPLES = {samples_expr}
+
+
+def perturbed(args, seed):
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()):
+            noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
+            scale = float(a.detach().abs().mean()) if a.numel() else 1.0
+            out.append((a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def cast(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            same_kind = (a.is_floating_point() and DTYPE.is_floating_point) or (
+                a.is_complex() and DTYPE.is_complex
+            )
+            if same_kind and a.dtype != DTYPE:
+                a = a.to(DTYPE)
+            if str(a.device) != str(DEVICE):
+                a = a.to(DEVICE)
+        out.append(a)
+    return tuple(out)
+
+
+def as_args(s):
+    if hasattr(s, "args"):
+        return tuple(s.args)
+    return tuple(s) if isinstance(s, (tuple, list)) else (s,)
+
+
+def samples_for(seed):
+    """The user's samples for one slice seed, as the harness builds them."""
+    if SEEDED:
+        return [cast(as_args(s)) for s in SAMPLES(seed)]
+    base = [as_args(s) for s in SAMPLES()]
+    return [cast(perturbed(a, derive_seed("perturb", seed)) if seed else a) for a in base]
+'''
+
+
+def _portable(spec: str | None) -> str | None:
+    """A file target as an absolute path (the script may run from elsewhere)."""
+    if not spec:
+        return spec
+    module, _, attr = spec.rpartition(":")
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        return f"{os.path.abspath(module)}:{attr}"
+    return spec
+
+
+_DB_LOADER = """
+from autograd_function_db import REGISTRY
+
+ENTRY = REGISTRY.get(ENTRY_NAME)
+FUNCTION = ENTRY.function
+CALL = ENTRY.call
+
+
+def samples_for(seed):
+    return [tuple(s.args) for s in ENTRY.make_samples(seed, DTYPE, DEVICE)]
+"""
+
+_DATA = '''
+
+def derive_seed(*parts):
+    """The harness's stable seed: sha256 of the parts joined by \\x1f."""
+    digest = hashlib.sha256("\\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+_cache = {}
+
+
+def slice_args(path=()):
+    """Fresh copies of the arguments of the slice at ``path`` (index per level, outermost first)."""
+    key = tuple(path)
+    while key and key[-1] == 0:
+        key = key[:-1]
+    if key not in _cache:
+        _cache[key] = samples_for(derive_seed(SEED, ENTRY_NAME, "slice", key))[SAMPLE_INDEX]
+    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in _cache[key])
+
+
+def as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def compare(label, actual, expected):
+    """Print and return the differences between two tuples of outputs."""
+    problems = []
+    if len(actual) != len(expected):
+        problems.append(f"{label}: {len(actual)} outputs, reference {len(expected)}")
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        if not isinstance(e, torch.Tensor):
+            if a != e:
+                problems.append(f"{label}, output {k}: got {a!r}, reference {e!r}")
+            continue
+        if not isinstance(a, torch.Tensor):
+            problems.append(f"{label}, output {k}: got {type(a).__name__}, reference a tensor")
+        elif a.shape != e.shape:
+            problems.append(f"{label}, output {k}: shape {tuple(a.shape)}, reference {tuple(e.shape)}")
+        elif a.dtype != e.dtype:
+            problems.append(f"{label}, output {k}: dtype {a.dtype}, reference {e.dtype}")
+        elif a.numel() and not torch.allclose(a.detach().to(e.dtype), e, rtol=RTOL, atol=ATOL, equal_nan=True):
+            err = (a.detach().double() - e.double()).abs()
+            i = int(err.flatten().argmax())
+            idx = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), a.shape)) if a.dim() else ()
+            bad = int((err > ATOL + RTOL * e.double().abs()).sum())
+            problems.append(
+                f"{label}, output {k}: {bad} of {a.numel()} values outside tolerance; max abs error "
+                f"{float(err.flatten()[i]):.3g} at {idx} (got {float(a.flatten()[i]):.6g}, reference "
+                f"{float(e.flatten()[i]):.6g}); rtol={RTOL:g}, atol={ATOL:g}"
+            )
+    return problems
+'''
+
+_VMAP = '''
+
+def arg_path(arg, path):
+    return tuple(i if LEVELS[k]["in_dims"][arg] is not None else 0 for k, i in enumerate(path))
+
+
+def slice_call_args(path):
+    n = len(LEVELS[0]["in_dims"])
+    return tuple(slice_args(arg_path(j, path))[j] for j in range(n))
+
+
+def build_batched_args():
+    """Per-slice data stacked at each level's in_dims (distinct data per slice)."""
+    n = len(LEVELS[0]["in_dims"])
+
+    def build(arg, level, path):
+        if level == len(LEVELS):
+            return slice_args(arg_path(arg, path))[arg]
+        lv = LEVELS[level]
+        dim = lv["in_dims"][arg]
+        if dim is None:
+            return build(arg, level + 1, (*path, 0))
+        parts = [build(arg, level + 1, (*path, i)) for i in range(lv["batch_size"])]
+        return torch.stack(parts, dim=dim % (parts[0].dim() + 1))
+
+    return tuple(build(j, 0, ()) for j in range(n))
+
+
+def resolve_out_dim(out_dim, ndim):
+    return (ndim + 1) // 2 if out_dim == "mid" else out_dim
+
+
+def loop_reference(fn):
+    """fn called once per slice (nested loops), stacked at each level's out_dims."""
+    returned_tuple = False
+
+    def run(level, path):
+        nonlocal returned_tuple
+        if level == len(LEVELS):
+            out = fn(*slice_call_args(path))
+            returned_tuple = isinstance(out, (tuple, list))
+            return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
+        lv = LEVELS[level]
+        per_slice = [run(level + 1, (*path, i)) for i in range(lv["batch_size"])]
+        stacked = []
+        for k, first in enumerate(per_slice[0]):
+            if not isinstance(first, torch.Tensor):
+                stacked.append(first)
+                continue
+            dim = resolve_out_dim(lv["out_dims"], first.dim())
+            stacked.append(torch.stack([s[k] for s in per_slice], dim=dim % (first.dim() + 1)))
+        return tuple(stacked)
+
+    outs = run(0, ())
+    return outs, returned_tuple
+
+
+def concrete_out_dims(stacked, returned_tuple):
+    result = []
+    for k, lv in enumerate(LEVELS):
+        if lv["out_dims"] != "mid":
+            result.append(lv["out_dims"])
+            continue
+        dims = tuple(
+            resolve_out_dim("mid", o.dim() - k - 1) if isinstance(o, torch.Tensor) else 0
+            for o in stacked
+        )
+        result.append(dims if returned_tuple else dims[0])
+    return result
+
+
+def vmapped(fn, out_dims):
+    wrapped = fn
+    for k in reversed(range(len(LEVELS))):
+        lv = LEVELS[k]
+        wrapped = torch.func.vmap(
+            wrapped, in_dims=tuple(lv["in_dims"]), out_dims=out_dims[k], chunk_size=lv["chunk_size"]
+        )
+    return wrapped
+
+
+def record_rule_calls():
+    """Wrap FUNCTION.vmap to print each raw return of the rule (contract check)."""
+    calls = []
+    original = FUNCTION.vmap
+    had_own = "vmap" in FUNCTION.__dict__
+    saved = FUNCTION.__dict__.get("vmap")
+
+    def recording(info, in_dims, *args):
+        returned = original(info, in_dims, *args)
+        calls.append((info.batch_size, tuple(in_dims), returned))
+        return returned
+
+    FUNCTION.vmap = staticmethod(recording)
+
+    def undo():
+        if had_own:
+            FUNCTION.vmap = saved
+        else:
+            del FUNCTION.vmap
+
+    return calls, undo
+
+
+def contract_problems(calls):
+    problems = []
+    for batch_size, in_dims, ret in calls:
+        where = f"vmap rule of {FUNCTION.__name__} (info.batch_size={batch_size}, in_dims={in_dims})"
+        shapes = None
+        if isinstance(ret, tuple) and len(ret) == 2:
+            outs, dims = as_tuple(ret[0]), ret[1]
+            dims = list(dims) if isinstance(dims, (tuple, list)) else [dims] * len(outs)
+            shapes = [tuple(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__ for o in outs]
+            print(f"  {where} returned outputs of shapes {shapes} with out_dims {ret[1]!r}")
+            for k, (o, d) in enumerate(zip(outs, dims)):
+                if isinstance(o, torch.Tensor) and isinstance(d, int) and -o.dim() <= d < max(o.dim(), 1):
+                    if o.shape[d] != batch_size:
+                        problems.append(
+                            f"{where}, output {k}: size {o.shape[d]} at out_dim {d} (shape "
+                            f"{tuple(o.shape)}), info.batch_size {batch_size}"
+                        )
+                elif isinstance(o, torch.Tensor) and d is not None:
+                    problems.append(f"{where}, output {k}: out_dim {d!r} is not valid for shape {tuple(o.shape)}")
+        else:
+            print(f"  {where} returned {type(ret).__name__}: {ret!r:.200}")
+            problems.append(f"{where} returned a {type(ret).__name__}; it must return (outputs, out_dims)")
+    return problems
+
+
+def main():
+    print(f"reproducing {CASE_ID}")
+    expected, returned_tuple = loop_reference(CALL)
+    out_dims = concrete_out_dims(expected, returned_tuple)
+    args = build_batched_args()
+    print("batched inputs: " + ", ".join(
+        f"{tuple(a.shape)}" if isinstance(a, torch.Tensor) else repr(a) for a in args))
+    print(f"levels (outermost first): {LEVELS}")
+    snapshot = [(i, a.clone()) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in INPLACE_ARGS]
+    problems = []
+    calls, undo = record_rule_calls() if CHECK == "contract" else ([], lambda: None)
+    try:
+        actual = as_tuple(vmapped(CALL, out_dims)(*args))
+    except Exception as e:
+        actual = None
+        problems.append(f"vmap raised {type(e).__name__}: {e}")
+    finally:
+        undo()
+    if CHECK == "contract":
+        problems = contract_problems(calls) + problems
+    for i, before in snapshot:
+        if not torch.equal(args[i], before):
+            problems.append(f"input {i} was modified by the call")
+    if actual is not None:
+        problems += compare("Function under vmap vs loop over slices", actual, expected)
+    return problems
+'''
+
+_AUTODIFF = '''
+
+def differentiable(args):
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+
+
+def restricted(args, idx):
+    """f of the differentiable arguments only (the others fixed), returning its float outputs."""
+
+    def f(*xs):
+        full = list(args)
+        for i, x in zip(idx, xs):
+            full[i] = x
+        outs = as_tuple(CALL(*full))
+        return tuple(o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
+
+    return f
+
+
+def fd_jacobian(f, xs, eps=1e-6):
+    """Central finite differences in float64: J[out][in] of shape (out.numel(), in.numel())."""
+    xs = [x.detach().double() for x in xs]
+    outs = [o.detach().double() for o in f(*xs)]
+    jac = [[torch.zeros(o.numel(), x.numel(), dtype=torch.float64) for x in xs] for o in outs]
+    for j, x in enumerate(xs):
+        flat = x.flatten()
+        for e in range(flat.numel()):
+            plus, minus = flat.clone(), flat.clone()
+            plus[e] += eps
+            minus[e] -= eps
+            hi = f(*[plus.view_as(x) if k == j else xs[k] for k in range(len(xs))])
+            lo = f(*[minus.view_as(x) if k == j else xs[k] for k in range(len(xs))])
+            for i in range(len(outs)):
+                jac[i][j][:, e] = ((hi[i].double() - lo[i].double()) / (2 * eps)).flatten()
+    return jac, outs
+
+
+def randn_like_all(ts, salt):
+    gen = torch.Generator().manual_seed(derive_seed(SEED, CASE_ID, salt))
+    return [torch.randn(t.shape, generator=gen, dtype=torch.float64) for t in ts]
+
+
+def first_order_vjp(f, cts):
+    def g(*xs):
+        _, pullback = torch.func.vjp(f, *xs)
+        return tuple(pullback(tuple(cts)))
+
+    return g
+
+
+def check_function(f, xs, kind):
+    """Compare torch.func's jvp / vjp / jacrev / jacfwd of f at xs with finite differences."""
+    jac, outs = fd_jacobian(f, xs)
+    if kind == "jvp":
+        ts = randn_like_all(xs, "tangents")
+        _, actual = torch.func.jvp(f, tuple(xs), tuple(ts))
+        expected = tuple(
+            sum((jac[i][j] @ ts[j].flatten() for j in range(len(xs)))).view_as(outs[i])
+            for i in range(len(outs))
+        )
+        return compare("torch.func.jvp vs finite differences", as_tuple(actual), expected)
+    if kind == "vjp":
+        cs = randn_like_all(outs, "cotangents")
+        _, pullback = torch.func.vjp(f, *xs)
+        actual = pullback(tuple(cs))
+        expected = tuple(
+            sum((jac[i][j].T @ cs[i].flatten() for i in range(len(outs)))).view_as(xs[j])
+            for j in range(len(xs))
+        )
+        return compare("torch.func.vjp vs finite differences", as_tuple(actual), expected)
+    jac_fn = torch.func.jacrev if kind == "jacrev" else torch.func.jacfwd
+    actual = jac_fn(f, argnums=tuple(range(len(xs))))(*xs)
+    problems = []
+    for i in range(len(outs)):
+        got = tuple(actual[i][j].reshape(outs[i].numel(), xs[j].numel()) for j in range(len(xs)))
+        problems += compare(f"torch.func.{kind} of output {i} vs finite differences", got, tuple(jac[i]))
+    return problems
+
+
+def main():
+    print(f"reproducing {CASE_ID} (autodiff: the script's own tangents/cotangents)")
+    args = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in slice_args())
+    idx = differentiable(args)
+    xs = [args[i] for i in idx]
+    f = restricted(args, idx)
+    print("inputs: " + ", ".join(f"{tuple(a.shape)}" if isinstance(a, torch.Tensor) else repr(a) for a in args))
+    if CHECK in ("jvp", "vjp", "jacrev", "jacfwd"):
+        return check_function(f, xs, CHECK)
+    if CHECK in ("jvp_of_vjp", "vjp_of_vjp"):
+        outs = f(*xs)
+        g = first_order_vjp(f, randn_like_all(outs, "cotangents"))
+        return check_function(g, xs, "jvp" if CHECK == "jvp_of_vjp" else "vjp")
+    # vmap compositions: the transform of a batch vs a loop of per-slice transforms
+    dims = LEVELS[0]["in_dims"][: len(args)]
+    size = LEVELS[0]["batch_size"]
+    slices = [
+        tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in slice_args((b,)))
+        for b in range(size)
+    ]
+    batched = [
+        torch.stack([s[i] for s in slices], dim=d % (args[i].dim() + 1)) if d is not None else args[i]
+        for i, d in enumerate(dims)
+    ]
+    per = slices
+    problems = []
+    if CHECK == "vmap_of_jvp":
+        tangents = [torch.stack(randn_like_all([args[i]] * size, f"t{i}"), 0) for i in idx]
+
+        def one(*a_and_t):
+            a, t = a_and_t[: len(args)], a_and_t[len(args):]
+            return torch.func.jvp(restricted(a, idx), tuple(a[i] for i in idx), tuple(t))[1]
+
+        in_dims = (*dims, *([0] * len(idx)))
+        actual = as_tuple(torch.func.vmap(one, in_dims=in_dims)(*batched, *tangents))
+        loops = [as_tuple(one(*[per[b][i] if dims[i] is not None else args[i] for i in range(len(args))],
+                              *[t[b] for t in tangents])) for b in range(size)]
+        expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
+        return compare("vmap of jvp vs loop of per-slice jvps", actual, expected)
+    outs = f(*[per[0][i] for i in idx])
+    cts = [torch.stack(randn_like_all([o] * size, f"c{k}"), 0) for k, o in enumerate(outs)]
+
+    def pull(*a_and_c):
+        a, c = a_and_c[: len(args)], a_and_c[len(args):]
+        _, pb = torch.func.vjp(restricted(a, idx), *[a[i] for i in idx])
+        return tuple(pb(tuple(c)))
+
+    in_dims = (*dims, *([0] * len(cts)))
+    actual = as_tuple(torch.func.vmap(pull, in_dims=in_dims)(*batched, *cts))
+    loops = [as_tuple(pull(*[per[b][i] if dims[i] is not None else args[i] for i in range(len(args))],
+                           *[c[b] for c in cts])) for b in range(size)]
+    expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
+    problems += compare(f"{CHECK} (vmap over primals and cotangents of vjp) vs loop", actual, expected)
+    return problems
+'''
+
+_FOOTER = """
+
+if __name__ == "__main__":
+    found = main()
+    if found:
+        print("REPRODUCED: the case fails:")
+        for p in found:
+            print(f"  - {p}")
+        sys.exit(1)
+    print("not reproduced: the transform matches the reference here")
+    sys.exit(0)
+"""
+
+
+def generate(
+    entry: Entry,
+    options: Options,
+    case: Case,
+    *,
+    target: Any = None,
+    command: str = "",
+) -> str:
+    """The text of a standalone script that reproduces ``case``."""
+    rtol, atol = entry.tolerances.for_dtype(options.dtype)
+    levels = case.plan.to_dict()["levels"] if case.plan is not None else []
+    module = target.target.rpartition(":")[0] if target is not None else "autograd_function_db"
+    header = f'''#!/usr/bin/env python
+"""Reproduce afdb case {case.id}
+
+Generated by `{command or "afdb repro"}`.
+Needs only torch and {module}; run it with `python THIS_FILE`.
+Exit status 1: the failure reproduced (printed below); 0: it did not.
+"""
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+
+import torch
+
+CASE_ID = {case.id!r}
+CHECK = {case.check!r}
+ENTRY_NAME = {entry.name!r}
+SAMPLE_INDEX = {case.sample_index!r}
+SEED = {options.seed!r}
+DTYPE = {str(options.dtype)}
+DEVICE = {options.device!r}
+RTOL, ATOL = {rtol!r}, {atol!r}
+INPLACE_ARGS = {tuple(entry.caps.inplace_args)!r}
+#: One dict per vmap level, outermost first: batch size, in_dims per argument,
+#: out_dims ("mid": an interior position per output) and chunk_size.
+LEVELS = {levels!r}
+'''
+    loader = _user_loader(target, entry) if target is not None else _DB_LOADER
+    body = _VMAP if case.check in VMAP_CHECKS else _AUTODIFF
+    return header + loader + _DATA + body + _FOOTER

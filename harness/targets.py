@@ -1,0 +1,242 @@
+"""Loading a user's Function and samples from ``package.module:attr`` or ``path/to/file.py:attr``.
+
+A target spec travels between processes (workers, reproducers) as plain data:
+``TargetSpec`` holds the two strings and the capabilities declared on the
+command line, and rebuilds the same ``Entry`` anywhere the user's module imports.
+Every loading mistake is a ``UsageError`` with one line saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from .api import UsageError
+
+_FILE_MODULES: dict[str, ModuleType] = {}
+
+
+def split_spec(spec: str, what: str) -> tuple[str, str]:
+    """``"pkg.mod:attr"`` -> ``("pkg.mod", "attr")``; the last ':' splits (Windows drives work)."""
+    if ":" not in spec or spec.endswith(":") or spec.startswith(":"):
+        raise UsageError(
+            f"{what} {spec!r} must look like package.module:Name or path/to/file.py:Name"
+        )
+    module, _, attr = spec.rpartition(":")
+    return module, attr
+
+
+def is_path(module: str) -> bool:
+    return module.endswith(".py") or "/" in module or os.sep in module
+
+
+def _import_error_line(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    where = ""
+    for fr in reversed(frames):
+        if "importlib" not in fr.filename and "/harness/" not in fr.filename:
+            where = f" (at {fr.filename}:{fr.lineno})"
+            break
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}{where}" if first else f"{type(e).__name__}{where}"
+
+
+def file_module_name(path: str) -> str:
+    """The name a file target is imported under: its stem, so a reproducer can import it too."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def import_module(module: str, what: str) -> ModuleType:
+    if is_path(module):
+        path = os.path.abspath(module)
+        if not os.path.isfile(path):
+            raise UsageError(f"{what}: no such file {module!r}; give path/to/file.py:Name")
+        if path in _FILE_MODULES:
+            return _FILE_MODULES[path]
+        name = file_module_name(path)
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # so the file can import its neighbours
+        existing = sys.modules.get(name)
+        if (
+            existing is not None
+            and os.path.abspath(getattr(existing, "__file__", "") or "") == path
+        ):
+            _FILE_MODULES[path] = existing
+            return existing
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise UsageError(f"{what}: cannot import {module!r} as a Python file")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException as e:
+            sys.modules.pop(name, None)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise UsageError(
+                f"{what}: importing {module} failed: {_import_error_line(e)}; fix the module "
+                "(run `python " + module + "` to see the full error)"
+            ) from e
+        _FILE_MODULES[path] = mod
+        return mod
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the current directory is importable
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            raise UsageError(
+                f"{what}: no module named {module!r} (looked in the current directory and "
+                "sys.path); run from your project root, install it, or give path/to/file.py:Name"
+            ) from e
+        raise UsageError(
+            f"{what}: importing {module} failed: {_import_error_line(e)}; install the missing "
+            "package or fix the import"
+        ) from e
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise UsageError(f"{what}: importing {module} failed: {_import_error_line(e)}") from e
+
+
+def load_attr(spec: str, what: str) -> Any:
+    """The object named by ``spec`` (``attr`` may be dotted: ``mod:Class.attr``)."""
+    module, attr = split_spec(spec, what)
+    obj: Any = import_module(module, what)
+    path = []
+    for part in attr.split("."):
+        path.append(part)
+        if not hasattr(obj, part):
+            public = sorted(n for n in dir(obj) if not n.startswith("_"))
+            hint = ", ".join(public[:12]) + (", ..." if len(public) > 12 else "")
+            raise UsageError(
+                f"{what}: {module} has no attribute {'.'.join(path)!r}"
+                + (f"; it defines {hint}" if hint else "")
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+#: Command-line capability flags -> Capabilities fields.
+CAPABILITY_FLAGS = ("inplace_args", "nondiff_outputs", "randomness", "double_backward")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A user's Function as plain data: where it lives and what the command line declared."""
+
+    target: str
+    samples: str | None = None
+    gradient: str = "derivative"
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    #: Batch sizes the user fixed on the command line (so a reproducer fixes them too).
+    batch_size: str | None = None
+    nested_batch_sizes: str | None = None
+    #: The directory relative file paths were given from (reports are read elsewhere).
+    base_dir: str | None = None
+
+    def _resolved(self, spec: str) -> str:
+        module, _, attr = spec.rpartition(":")
+        relative = bool(self.base_dir) and is_path(module) and not os.path.isabs(module)
+        if relative and not os.path.exists(module):
+            moved = os.path.join(self.base_dir or "", module)
+            if os.path.exists(moved):
+                return f"{moved}:{attr}"
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["capabilities"] = {
+            k: list(v) if isinstance(v, tuple) else v for k, v in self.capabilities.items()
+        }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TargetSpec:
+        caps = {
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in (d.get("capabilities") or {}).items()
+        }
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names and k != "capabilities"}
+        return cls(capabilities=caps, **kw)
+
+    def __str__(self) -> str:
+        return self.target
+
+    def cli_args(self) -> list[str]:
+        """The command-line arguments that name this target again (for repro commands)."""
+        args = [self.target]
+        if self.samples:
+            args += ["--samples", self.samples]
+        for i in self.capabilities.get("inplace_args", ()):
+            args += ["--inplace-arg", str(i)]
+        for i in self.capabilities.get("nondiff_outputs", ()):
+            args += ["--nondiff-output", str(i)]
+        if self.capabilities.get("randomness"):
+            args.append("--randomness")
+        if self.capabilities.get("double_backward") is False:
+            args.append("--no-double-backward")
+        if self.gradient != "derivative":
+            args += ["--gradient", self.gradient]
+        if self.name:
+            args += ["--name", self.name]
+        if self.batch_size:
+            args += ["--batch-size", self.batch_size]
+        if self.nested_batch_sizes:
+            args += ["--nested-batch-sizes", self.nested_batch_sizes]
+        return args
+
+    def load_function(self) -> Any:
+        from .api import function_class
+
+        obj = load_attr(self._resolved(self.target), "TARGET")
+        try:
+            function_class(obj)
+        except UsageError:
+            raise UsageError(
+                f"TARGET {self.target}: {type(obj).__name__} {getattr(obj, '__name__', obj)!r} "
+                "is not a torch.autograd.Function subclass; name the class, or a callable with "
+                "an `autograd_function` attribute"
+            ) from None
+        return obj
+
+    def load_samples(self, function: Any) -> Any:
+        if self.samples:
+            samples = load_attr(self._resolved(self.samples), "--samples")
+            if not callable(samples) and not isinstance(samples, (list, tuple)):
+                raise UsageError(
+                    f"--samples {self.samples}: a {type(samples).__name__} is not callable; name "
+                    "a function returning argument tuples or Sample objects"
+                )
+            return samples
+        from .api import function_class
+
+        for holder in (function, function_class(function)):
+            samples = getattr(holder, "samples", None)
+            if samples is not None:
+                return samples
+        module = split_spec(self.target, "TARGET")[0]
+        raise UsageError(
+            f"TARGET {self.target} has no `samples` attribute; pass --samples {module}:NAME "
+            "naming a function that returns argument tuples (e.g. [(torch.randn(4, 5),)])"
+        )
+
+    def make_entry(self) -> Any:
+        from .api import make_entry
+
+        function = self.load_function()
+        samples = self.load_samples(function)
+        return make_entry(
+            function, samples, name=self.name, gradient=self.gradient, **self.capabilities
+        )
