@@ -220,26 +220,36 @@ def check_version(data: Any, path: str) -> None:
     )
 
 
-def read_report(path: str | Path) -> dict[str, Any]:
-    """Load and validate a JSON report; refuse (ReportError) with the offending field's path."""
-    p = Path(path)
+def read_json(path: str | Path) -> Any:
+    """The parsed JSON of a file, or ReportError with a one-line reason."""
     try:
-        text = p.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ReportError(f"{path}: cannot read ({e.strerror or e})") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise ReportError(
             f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
             "a truncated file is not a report"
         ) from None
-    check_version(data, str(path))
+
+
+def check_report(data: Any, path: str) -> None:
+    """Refuse (ReportError) a report of another version or one that does not validate."""
+    check_version(data, path)
     errors = schema_errors(data)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ReportError(f"{path}: invalid report: {errors[0]}{more}")
-    return data
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    """Load and validate a JSON report; refuse (ReportError) with the offending field's path."""
+    data = read_json(path)
+    check_report(data, str(path))
+    result: dict[str, Any] = data
+    return result
 
 
 def load_report(path: str | Path) -> RunResult:
