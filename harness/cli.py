@@ -348,7 +348,12 @@ def execute(
         except KeyboardInterrupt:
             interrupted = True
     progress.flush()
-    result = RunResult(cases, run_metadata(options, started=started, source=source, target=target))
+    argv = getattr(args, "argv", None)
+    command = ["afdb", *argv] if argv is not None else None
+    result = RunResult(
+        cases,
+        run_metadata(options, started=started, source=source, target=target, command=command),
+    )
     result.metadata["interrupted"] = interrupted
     for warning in apply_expectations(result, getattr(args, "expectations", None)):
         print(f"warning: {warning}", file=sys.stderr)
@@ -413,6 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse prints its own one-line usage error
         return 2 if e.code not in (0, None) else 0
+    args.argv = argv  # recorded in the report's metadata as the command line
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

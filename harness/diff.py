@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .report import clip, code_span, md_escape
 from .results import (
     CRASH,
     ERROR,
@@ -217,8 +218,7 @@ def diff_reports(old: Any, new: Any, old_path: str, new_path: str) -> ReportDiff
 
 
 def _md(text: str, limit: int = 400) -> str:
-    text = text if len(text) <= limit else text[: limit - 1] + "\u2026"
-    return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+    return md_escape(clip(text, limit))
 
 
 def _grouped(changes: list[Change]) -> dict[tuple[str, str], list[Change]]:
@@ -270,13 +270,13 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
                 if shown >= max_cases:
                     break
                 shown += 1
-                lines.append(f"- `{c.id}`: {c.old_status} -> {c.new_status}")
+                lines.append(f"- {code_span(c.id)}: {c.old_status} -> {c.new_status}")
                 if c.old_message and c.old_message != c.new_message:
                     lines.append(f"  - before: {_md(c.old_message)}")
                 if c.new_message:
                     lines.append(f"  - now: {_md(c.new_message)}")
                 if c.repro and c.new_status in FAILING:
-                    lines.append(f"  - reproduce: `{c.repro}`")
+                    lines.append(f"  - reproduce: {code_span(c.repro)}")
             lines.append("")
         if len(changes) > shown:
             lines.append(f"... and {len(changes) - shown} more (see `afdb diff --json`)")

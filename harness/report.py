@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -33,16 +34,23 @@ def write_json(result: RunResult, path: str | Path) -> None:
     write_atomic(path, result.to_json() + "\n")
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
+    """Markdown text (also inside a table cell): markup and pipes shown as themselves."""
     return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _md_code(text: str) -> str:
-    """Inline code inside a table cell (pipes escaped, backticks kept out)."""
-    return "`" + text.replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+def code_span(text: str, *, in_table: bool = False) -> str:
+    """An inline code span that no backtick inside ``text`` can close early."""
+    text = text.replace("\n", " ")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if longest else ""
+    if in_table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
@@ -122,12 +130,12 @@ def coverage_markdown(result: RunResult) -> list[str]:
                 ex = [cnt for cnt in cnts if _exercised(cnt)]
                 good = [cnt for cnt in ex if not (set(cnt) & BAD_STATUSES)]
                 cells.append(f"{len(good)}/{len(ex)}" if ex else "-")
-            lines.append(f"| {_md_escape(axis)} | {len(names)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {md_escape(axis)} | {len(names)} | " + " | ".join(cells) + " |")
         uncovered = [a for a, names in axes.items() if not names]
         if uncovered:
             lines += [
                 "",
-                "Axes with no entry in this run: " + ", ".join(map(_md_escape, uncovered)),
+                "Axes with no entry in this run: " + ", ".join(map(md_escape, uncovered)),
             ]
     return lines
 
@@ -155,14 +163,14 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
             "time",
             f"{md.get('started', '?')} to {md.get('finished', '?')} ({md.get('wall_s', '?')} s)",
         ),
-        ("command", _md_code(" ".join(map(str, md.get("command") or [])))),
+        ("command", code_span(" ".join(map(str, md.get("command") or [])), in_table=True)),
     ]
     if md.get("batch_size_note"):
         rows.append(("batch size note", str(md["batch_size_note"])))
     if md.get("expectations"):
         rows.append(("expectations", str(md["expectations"])))
     lines = ["| run | |", "|---|---|"]
-    lines += [f"| {k} | {v if k == 'command' else _md_escape(v)} |" for k, v in rows]
+    lines += [f"| {k} | {v if k == 'command' else md_escape(v)} |" for k, v in rows]
     return lines
 
 
@@ -188,14 +196,16 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     lines.append("|---" * (len(checks) + 1) + "|")
     for entry, per_check in matrix.items():
         cells = [status_cell(per_check.get(c, Counter())) for c in checks]
-        lines.append(f"| {_md_escape(entry)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {md_escape(entry)} | " + " | ".join(cells) + " |")
     failures = [c for c in result.cases if c.status in BAD_STATUSES]
     if failures:
         lines += ["", f"## Failures ({len(failures)})", ""]
         for c in failures[:max_failures]:
-            lines.append(f"- `{c.id}` **{c.status}**: {_md_escape(_clip(c.message, max_message))}")
+            lines.append(
+                f"- {code_span(c.id)} **{c.status}**: {md_escape(clip(c.message, max_message))}"
+            )
             if c.repro:
-                lines.append(f"  - reproduce: `{c.repro}`")
+                lines.append(f"  - reproduce: {code_span(c.repro)}")
         if len(failures) > max_failures:
             lines.append(f"- ... and {len(failures) - max_failures} more (see the JSON report)")
     unsupported: dict[tuple[str, str], str] = {}
@@ -205,7 +215,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     if unsupported:
         lines += ["", f"## Unsupported ({len(unsupported)} entry x check)", ""]
         for (entry, check), reason in unsupported.items():
-            lines.append(f"- {_md_escape(entry)} / {check}: {_md_escape(_clip(reason, 300))}")
+            lines.append(f"- {md_escape(entry)} / {check}: {md_escape(clip(reason, 300))}")
     lines += ["", *coverage_markdown(result)]
     return "\n".join(lines) + "\n"
 
