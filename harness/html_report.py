@@ -298,7 +298,7 @@ def _data(result: RunResult) -> dict[str, Any]:
                 c.sample_name or ("" if c.sample is None else f"s{c.sample}"),
                 c.status,
                 c.message,
-                round(c.duration_s, 4),
+                round(c.duration_s, 6),  # as in the JSON: re-rendering is exact
                 c.repro,
                 c.reference,
                 (c.plan or {}).get("id", ""),

@@ -13,12 +13,23 @@ from typing import Any
 from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunResult
 
 
+def _file_mode(path: Path) -> int:
+    """The mode a new file gets here (umask applied), or the mode of the file it replaces."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` so that ``path`` holds either the old file or the whole new one."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
+        os.chmod(tmp, _file_mode(p))  # mkstemp makes 0600; a report is as readable as any file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -272,3 +272,14 @@ def test_ctrl_c_writes_a_complete_report_marked_interrupted(tmp_path, monkeypatc
     assert len(data["cases"]) == 6
     assert "Interrupted" in (tmp_path / "r.html").read_text()
     assert "**Interrupted**" in report.to_markdown(RunResult.from_json_dict(data))
+
+
+def test_write_atomic_makes_an_ordinary_file(tmp_path):
+    path = tmp_path / "r.md"
+    report.write_atomic(path, "x")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    path.chmod(0o640)
+    report.write_atomic(path, "y")
+    assert path.stat().st_mode & 0o777 == 0o640
