@@ -21,7 +21,7 @@ class RegistryError(ValueError):
 
 def structure_of(sample: Sample) -> tuple:
     """Shapes, dtypes and plain values: what must not change between seeds."""
-    out = []
+    out: list[tuple[object, ...]] = []
     for a in sample.args:
         if isinstance(a, torch.Tensor):
             out.append(("tensor", tuple(a.shape), a.dtype))

@@ -339,7 +339,7 @@ def single_level_plans(
         chosen, strategy = combos, "exhaustive"
     else:
         strategy = "covering"
-        zero = {i: 0 for u in units for i in u}
+        zero: dict[int, int | None] = {i: 0 for u in units for i in u}
         base: list[dict[int, int | None]] = [zero]
         for kind_index in (1, 2, 3):  # all interior, all last where possible
             alt = {}
@@ -425,8 +425,8 @@ def chunked_plans(layout: ArgLayout, batch_size: int = 3, chunk_size: int = 2) -
     units = layout.units()
     if not units:
         return []
-    zero = {i: 0 for u in units for i in u}
-    last = {i: -1 for u in units for i in u}
+    zero: dict[int, int | None] = {i: 0 for u in units for i in u}
+    last: dict[int, int | None] = {i: -1 for u in units for i in u}
     assignments = [zero, last]
     if len(units) > 1:
         for u in units:

@@ -244,7 +244,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     entries = load_source(args.source)
     if args.axes:
-        from autograd_function_db import axes
+        from autograd_function_db import axes  # type: ignore[attr-defined]
 
         for axis, names in axes.coverage(entries).items():
             print(f"{axis:<34} {len(names):>3}  {', '.join(names)}")

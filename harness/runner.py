@@ -158,7 +158,11 @@ def run_case(data: EntryData, case: Case, *, target: str | None = None) -> CaseR
     except CaseTimeout as e:
         result.status, result.message = TIMEOUT, str(e)
     except Exception as e:
-        result.status, result.message = ERROR, describe_exception(e)
+        where = f"{case.check} {case.plan.id}" if case.plan else case.check
+        result.status, result.message = (
+            ERROR,
+            f"{where}: the Function raised {describe_exception(e)}",
+        )
     finally:
         result.duration_s = time.perf_counter() - start
         leaked = restore(state)

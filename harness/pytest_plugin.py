@@ -1,0 +1,1 @@
+"""pytest plugin for autograd-function-db (conformance cases as pytest items)."""

@@ -1,0 +1,153 @@
+"""Plans, distinct slices, nested sizes and the registry's hazard proof."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import autograd_function_db as afdb
+from autograd_function_db.entry import Sample, entry
+from autograd_function_db.hazards import HazardousSampleError
+from autograd_function_db.numpy_ops import NumpyCube, NumpyMul, unary_samples
+from autograd_function_db.registry import Registry, RegistryError
+from harness.batching import (
+    ArgLayout,
+    LevelPlan,
+    Plan,
+    SliceSource,
+    build_batched_args,
+    chunked_plans,
+    loop_reference,
+    nested_plans,
+    single_level_plans,
+)
+
+
+def layout(*ranks, linked=()):
+    return ArgLayout(tuple(ranks), linked)
+
+
+def test_single_level_plans_are_exhaustive_when_small():
+    plans = single_level_plans(layout(2, 1))
+    in_dims = [p.levels[0].in_dims for p in plans if p.levels[0].out_dims == 0]
+    # rank 2: None, 0, 1, -1; rank 1: None, 0, -1; minus all-None
+    assert len(in_dims) == 4 * 3 - 1
+    assert (1, None) in in_dims and (None, -1) in in_dims and (-1, 0) in in_dims
+    assert (None, None) not in in_dims
+    assert all(p.strategy == "exhaustive" for p in plans)
+    outs = {p.levels[0].out_dims for p in plans}
+    assert outs == {0, -1, "mid"}
+
+
+def test_single_level_plans_cover_above_the_cap():
+    plans = single_level_plans(layout(3, 3, 3, 3), cap=16, seed=1)
+    in_dims = [p.levels[0].in_dims for p in plans if p.levels[0].out_dims == 0]
+    assert len(in_dims) == 16 and len(set(in_dims)) == 16
+    assert all(p.strategy == "covering" for p in plans)
+    assert (0, 0, 0, 0) in in_dims and (-1, -1, -1, -1) in in_dims and (2, 2, 2, 2) in in_dims
+    for i in range(4):  # each argument alone unbatched, others at 0
+        assert tuple(None if j == i else 0 for j in range(4)) in in_dims
+    again = single_level_plans(layout(3, 3, 3, 3), cap=16, seed=1)
+    assert [p.id for p in again] == [p.id for p in plans]  # deterministic
+
+
+def test_linked_arguments_are_batched_together():
+    plans = single_level_plans(layout(2, 2, 2, None, linked=((1, 2),)))
+    for p in plans:
+        d = p.levels[0].in_dims
+        assert (d[1] is None) == (d[2] is None)
+        assert d[3] is None  # a Python value is never batched
+
+
+def test_nested_plans_use_different_sizes_and_batch_every_level():
+    plans = nested_plans(layout(1, 2), (2, 3))
+    assert plans
+    for p in plans:
+        assert [lv.batch_size for lv in p.levels] == [2, 3]
+        assert all(any(d is not None for d in lv.in_dims) for lv in p.levels)
+    assert any(p.levels[0].in_dims == (0, None) and p.levels[1].in_dims == (None, 0) for p in plans)
+    assert "B=2" in plans[0].id and "|" in plans[0].id
+
+
+def test_chunked_plans_see_smaller_batches():
+    plans = chunked_plans(layout(1), 3, 2)
+    assert plans and all(p.levels[0].chunk_size == 2 and p.levels[0].batch_size == 3 for p in plans)
+
+
+def test_plan_ids_are_readable():
+    p = Plan((LevelPlan(2, (0, None)),))
+    assert p.id == "in_dims=(0,None)"
+    assert Plan((LevelPlan(2, (1,), -1),)).id == "in_dims=(1,),out_dims=-1"
+
+
+def draw_from(entry_):
+    return lambda seed: entry_.make_samples(seed, torch.float64)
+
+
+def test_batched_slices_are_distinct_and_unbatched_args_are_shared():
+    e = entry("NumpyMul", NumpyMul, afdb.numpy_ops.binary_samples)
+    slices = SliceSource(draw_from(e), 2, (0, "NumpyMul"))
+    plan = Plan((LevelPlan(2, (1, None)),))
+    x, y = build_batched_args(plan, slices)
+    assert x.shape == (4, 2, 5) and y.shape == (5,)
+    assert not torch.equal(x[:, 0], x[:, 1])
+    # the loop sees the same slices
+    outs, tup = loop_reference(NumpyMul.apply, plan, slices)
+    assert not tup
+    torch.testing.assert_close(outs[0], torch.stack([x[:, i] * y for i in range(2)]))
+
+
+def test_nested_build_matches_double_loop():
+    e = entry("NumpyCube", NumpyCube, unary_samples)
+    slices = SliceSource(draw_from(e), 1, (0, "NumpyCube"))
+    plan = Plan((LevelPlan(2, (-1,)), LevelPlan(3, (0,))))
+    (x,) = build_batched_args(plan, slices)
+    assert x.shape == (3, 5, 2)
+    for o in range(2):
+        for i in range(3):
+            torch.testing.assert_close(x[i, :, o], slices.args((o, i))[0])
+    assert len({tuple(x[i, :, o].tolist()) for o in range(2) for i in range(3)}) == 6
+
+
+def test_slice_source_returns_fresh_copies():
+    e = entry("NumpyCube", NumpyCube, unary_samples)
+    slices = SliceSource(draw_from(e), 1, (0, "x"))
+    a = slices.args((1,))[0]
+    a.add_(100)
+    assert not torch.equal(a, slices.args((1,))[0])
+
+
+def test_registry_entries_are_hazard_free_and_seeded():
+    for e in afdb.REGISTRY:
+        afdb.validate_entry(e)  # raises on a hazard
+
+
+def _hazardous(seed, dtype, device):
+    g = torch.Generator().manual_seed(seed)
+    return [Sample((torch.randn(4, 3, generator=g, dtype=dtype),), "has-a-3")]
+
+
+def test_registry_rejects_a_hazardous_sample_naming_it():
+    e = entry("Hazard", NumpyCube, _hazardous)
+    with pytest.raises(HazardousSampleError) as info:
+        Registry([e])
+    msg = str(info.value)
+    assert "entry Hazard" in msg and "sample 0 (has-a-3)" in msg
+    assert "argument 0 has size 3 at dim 1" in msg
+
+
+def test_registry_rejects_a_generator_that_ignores_its_seed():
+    def unseeded(seed, dtype, device):
+        return [Sample((torch.ones(4, dtype=dtype),))]
+
+    with pytest.raises(RegistryError, match="identical data"):
+        Registry([entry("Unseeded", NumpyCube, unseeded)])
+
+
+def test_registry_lookup_by_name_and_tag():
+    assert afdb.REGISTRY.get("NumpyMul").function is NumpyMul
+    assert any(e.name == "NumpyMul" for e in afdb.REGISTRY.by_tag("backend:numpy"))
+    with pytest.raises(KeyError, match="no entry named"):
+        afdb.REGISTRY.get("Nope")
+    with pytest.raises(RegistryError, match="registered twice"):
+        Registry([afdb.REGISTRY.get("NumpyMul"), afdb.REGISTRY.get("NumpyMul")])
