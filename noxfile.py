@@ -5,6 +5,7 @@
     nox -s lint                          ruff (check and format) and mypy
     nox -s conformance                   the database on every torch in TORCH_VERSIONS
     nox -s "conformance(torch='2.13.0')" one torch version; reports in out/conformance/
+                                         (-- --strict: fail when it regressed vs the baseline)
     nox -s baseline                      regenerate reports/baseline/torch-2.13.0-cpu.json
     nox -s regression                    2.13.0 vs 2.14.1 -> reports/regression-torch-2.13.0-vs-2.14.1.md
 
@@ -89,15 +90,21 @@ def conformance(session: nox.Session, torch: str) -> None:
     report = run_suite(session, OUT / "conformance", name)
     baseline = BASELINE_DIR / f"{report_name(BASELINE_TORCH)}.json"
     if baseline.exists():
+        diff = OUT / "conformance" / f"diff-{name}"
         session.run(
             "afdb",
             "diff",
             str(baseline),
             str(report),
             "--markdown",
-            str(OUT / "conformance" / f"diff-{name}.md"),
+            f"{diff}.md",
+            "--json",
+            f"{diff}.json",
+            "--title",
+            f"torch {torch} vs the baseline ({report_name(BASELINE_TORCH)})",
             "-q",
-            success_codes=[0, 1],
+            # --strict: a regression against the baseline fails the session (CI, same torch).
+            success_codes=[0] if "--strict" in session.posargs else [0, 1],
         )
 
 
