@@ -84,6 +84,15 @@ class ReportDiff:
     removed: list[Change] = field(default_factory=list)
     unchanged: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: What was compared: entries and checks present in either report.
+    entries: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+
+    def scope_line(self) -> str:
+        return (
+            f"compared {self.unchanged + sum(self.counts().values())} case ids over "
+            f"{len(self.entries)} entries and {len(self.checks)} checks ({', '.join(self.checks)})"
+        )
 
     @property
     def has_regressions(self) -> bool:
@@ -117,6 +126,8 @@ class ReportDiff:
             "new": _describe(self.new_meta),
             "warnings": self.warnings,
             "counts": {**self.counts(), "unchanged": self.unchanged},
+            "entries": self.entries,
+            "checks": self.checks,
             **{name: [c.to_dict() for c in self.category(name)] for name, _, _ in CATEGORIES},
         }
 
@@ -175,6 +186,11 @@ def diff_results(old: RunResult, new: RunResult) -> ReportDiff:
         if c.id not in new_by_id:
             d.removed.append(Change(c.id, c.entry, c.check, c.status, None, c.message, ""))
     d.warnings = comparability_warnings(old.metadata, new.metadata)
+    for c in [*old.cases, *new.cases]:
+        if c.entry not in d.entries:
+            d.entries.append(c.entry)
+        if c.check not in d.checks:
+            d.checks.append(c.check)
     return d
 
 
@@ -239,6 +255,7 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
         "",
         f"- old: {_md(_describe(d.old_meta))}",
         f"- new: {_md(_describe(d.new_meta))}",
+        f"- {md_escape(d.scope_line())}",
         "",
         f"**{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}**: {d.summary_line()}",
     ]
@@ -287,7 +304,7 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
 
 
 def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
-    lines = [f"old: {_describe(d.old_meta)}", f"new: {_describe(d.new_meta)}"]
+    lines = [f"old: {_describe(d.old_meta)}", f"new: {_describe(d.new_meta)}", d.scope_line()]
     lines += [f"warning: {w}" for w in d.warnings]
     for name, label, _ in CATEGORIES:
         changes = d.category(name)
