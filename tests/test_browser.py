@@ -12,9 +12,9 @@ from html.parser import HTMLParser
 from urllib.parse import quote
 
 import pytest
-from test_report_support import HOSTILE_MESSAGE, HOSTILE_NAME, mixed_result
 
 from harness.html_report import write_html
+from tests.test_report_support import HOSTILE_MESSAGE, HOSTILE_NAME, mixed_result
 
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None

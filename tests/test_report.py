@@ -10,10 +10,10 @@ import types
 import xml.etree.ElementTree as ET
 
 import pytest
-from test_report_support import HOSTILE_NAME, mixed_result
 
 from harness import cli, html_report, junit, report, schema
 from harness.results import BAD_STATUSES, STATUSES, RunResult
+from tests.test_report_support import HOSTILE_NAME, mixed_result
 
 
 def read(path) -> str:
