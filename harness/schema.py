@@ -254,8 +254,3 @@ def read_report(path: str | Path) -> dict[str, Any]:
 
 def load_report(path: str | Path) -> RunResult:
     return RunResult.from_json_dict(read_report(path))
-
-
-def validate_result(result: RunResult) -> list[str]:
-    """Schema errors of the JSON form of ``result`` (empty when it is a valid report)."""
-    return schema_errors(json.loads(result.to_json(indent=None)))
