@@ -103,9 +103,29 @@ def needs_vmap(entry: Entry) -> str | None:
     return None
 
 
+#: The catalogue's order (design.md), whatever order the modules were imported in.
+CATALOGUE_ORDER = (
+    "vmap",
+    "vmap_nested",
+    "vmap_chunked",
+    "contract",
+    "jvp",
+    "vjp",
+    "grad_of_vmap",
+    "vmap_of_vjp",
+    "vmap_of_jvp",
+    "jvp_of_vjp",
+    "vjp_of_vjp",
+    "jacrev",
+    "jacfwd",
+)
+
+
 def check_names(family: str | None = None) -> list[str]:
     _load_builtin_checks()
-    return [n for n, s in CHECKS.items() if family is None or s.family == family]
+    rank = {n: i for i, n in enumerate(CATALOGUE_ORDER)}
+    names = sorted(CHECKS, key=lambda n: rank.get(n, len(rank)))
+    return [n for n in names if family is None or CHECKS[n].family == family]
 
 
 def get_check(name: str) -> CheckSpec:

@@ -365,9 +365,17 @@ def execute(
         except KeyboardInterrupt:
             interrupted = True
     progress.flush()
+    argv = getattr(args, "argv", None)
+    command = ["afdb", *argv] if argv is not None else None
     result = RunResult(
         cases,
-        run_metadata(options, started=started, source=source, target=str(target or "") or None),
+        run_metadata(
+            options,
+            started=started,
+            source=source,
+            target=str(target or "") or None,
+            command=command,
+        ),
     )
     if hasattr(target, "to_dict"):
         result.metadata["target_spec"] = target.to_dict()
@@ -435,6 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse prints its own one-line usage error
         return 2 if e.code not in (0, None) else 0
+    args.argv = argv  # recorded in the report's metadata as the command line
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

@@ -34,6 +34,12 @@ def suite_revision() -> str:
         return ""
 
 
+def command_line() -> list[str]:
+    """The command as a user would type it (``python -m harness.cli`` shows as ``afdb``)."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return ["afdb" if prog in ("cli.py", "__main__.py") else prog, *sys.argv[1:]]
+
+
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
@@ -72,8 +78,6 @@ def run_metadata(
         "started": _iso(started),
         "finished": _iso(finished),
         "wall_s": round(finished - started, 3),
-        "command": command
-        if command is not None
-        else [os.path.basename(sys.argv[0]), *sys.argv[1:]],
+        "command": command if command is not None else command_line(),
         "interrupted": False,
     }

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from .results import BAD_STATUSES, STATUSES, RunResult
+from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunResult
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a new file gets here (umask applied), or the mode of the file it replaces."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -17,6 +29,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
+        os.chmod(tmp, _file_mode(p))  # mkstemp makes 0600; a report is as readable as any file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -32,48 +45,189 @@ def write_json(result: RunResult, path: str | Path) -> None:
     write_atomic(path, result.to_json() + "\n")
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
+    """Markdown text (also inside a table cell): markup and pipes shown as themselves."""
     return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code_span(text: str, *, in_table: bool = False) -> str:
+    """An inline code span that no backtick inside ``text`` can close early."""
+    text = text.replace("\n", " ")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if longest else ""
+    if in_table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def status_cell(counts: Counter[str]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]) or "-"
 
 
-def to_markdown(result: RunResult, *, max_failures: int = 200) -> str:
+def check_order(result: RunResult) -> list[str]:
+    """Checks in the order they first appear in the report."""
+    checks: list[str] = []
+    for c in result.cases:
+        if c.check not in checks:
+            checks.append(c.check)
+    return checks
+
+
+def _exercised(statuses: Counter[str]) -> bool:
+    return any(n for s, n in statuses.items() if s not in (UNSUPPORTED, SKIP))
+
+
+def axis_coverage(result: RunResult) -> dict[str, list[str]] | None:
+    """API axis -> entries of this report tagged with it, or None where axes are unknown.
+
+    A report may carry its own ``metadata["axes"]``; otherwise the registry's tags are used
+    (only for reports of the registry itself, and only when it defines axes).
+    """
+    axes_map = result.metadata.get("axes")
+    if not isinstance(axes_map, dict):
+        if result.metadata.get("source", "afdb") != "afdb":
+            return None
+        try:
+            from autograd_function_db import REGISTRY, axes  # type: ignore[attr-defined]
+
+            axes_map = axes.coverage(list(REGISTRY))
+        except Exception:  # no axes module yet, or a registry that cannot load here
+            return None
+    present = {c.entry for c in result.cases}
+    return {str(a): [e for e in names if e in present] for a, names in axes_map.items()}
+
+
+def coverage_markdown(result: RunResult) -> list[str]:
+    matrix = result.matrix()
+    checks = check_order(result)
+    lines = [
+        "## Coverage",
+        "",
+        "Per check: entries that exercise it (a case neither unsupported nor skipped), and how many "
+        "of those conform.",
+        "",
+        "| check | entries exercised | conforming | unsupported by | cases |",
+        "|---|---|---|---|---|",
+    ]
+    for check in checks:
+        per = [(e, m[check]) for e, m in matrix.items() if check in m]
+        exercised = [e for e, cnt in per if _exercised(cnt)]
+        conforming = [e for e, cnt in per if _exercised(cnt) and not (set(cnt) & BAD_STATUSES)]
+        unsupported = [e for e, cnt in per if not _exercised(cnt)]
+        cases = sum(sum(cnt.values()) for _, cnt in per)
+        lines.append(
+            f"| {check} | {len(exercised)} | {len(conforming)} | {len(unsupported)} | {cases} |"
+        )
+    axes = axis_coverage(result)
+    if axes:
+        lines += [
+            "",
+            "### API axes x checks",
+            "",
+            "Cells: entries on the axis that conform / entries on the axis that exercise the check.",
+            "",
+            "| axis | entries | " + " | ".join(checks) + " |",
+            "|---" * (len(checks) + 2) + "|",
+        ]
+        for axis, names in axes.items():
+            cells = []
+            for check in checks:
+                cnts = [matrix[e][check] for e in names if check in matrix.get(e, {})]
+                ex = [cnt for cnt in cnts if _exercised(cnt)]
+                good = [cnt for cnt in ex if not (set(cnt) & BAD_STATUSES)]
+                cells.append(f"{len(good)}/{len(ex)}" if ex else "-")
+            lines.append(f"| {md_escape(axis)} | {len(names)} | " + " | ".join(cells) + " |")
+        uncovered = [a for a, names in axes.items() if not names]
+        if uncovered:
+            lines += [
+                "",
+                "Axes with no entry in this run: " + ", ".join(map(md_escape, uncovered)),
+            ]
+    return lines
+
+
+def metadata_markdown(md: dict[str, Any]) -> list[str]:
+    torch_git = str(md.get("torch_git_version") or "")[:12]
+    rows = [
+        (
+            "suite",
+            f"{md.get('suite_version', '?')} ({md.get('suite_revision') or 'no git revision'})",
+        ),
+        ("torch", f"{md.get('torch_version', '?')} ({torch_git or 'no git hash'})"),
+        ("python, platform", f"{md.get('python', '?')}, {md.get('platform', '?')}"),
+        (
+            "device, dtype, seed",
+            f"{md.get('device', '?')}, {md.get('dtype', '?')}, {md.get('seed', '?')}",
+        ),
+        (
+            "batch sizes",
+            f"{md.get('batch_sizes', '?')}, nested {md.get('nested_batch_sizes', '?')}, "
+            f"chunked {md.get('chunk', '?')}",
+        ),
+        ("plan strategy", str(md.get("plan_strategy", "?"))),
+        (
+            "time",
+            f"{md.get('started', '?')} to {md.get('finished', '?')} ({md.get('wall_s', '?')} s)",
+        ),
+        ("command", code_span(" ".join(map(str, md.get("command") or [])), in_table=True)),
+    ]
+    if md.get("batch_size_note"):
+        rows.append(("batch size note", str(md["batch_size_note"])))
+    if md.get("expectations"):
+        rows.append(("expectations", str(md["expectations"])))
+    lines = ["| run | |", "|---|---|"]
+    lines += [f"| {k} | {v if k == 'command' else md_escape(v)} |" for k, v in rows]
+    return lines
+
+
+def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int = 1000) -> str:
+    """The report for a PR comment: summary, metadata, entry x check matrix, failures, coverage."""
     md = result.metadata
     lines = [
         "# autograd-function-db report",
         "",
-        f"**{'PASS' if result.ok else 'FAIL'}**: {result.summary_line()}",
-        "",
-        f"torch {md.get('torch_version', '?')} ({md.get('torch_git_version', '')[:12]}), "
-        f"Python {md.get('python', '?')}, device {md.get('device', '?')}, dtype {md.get('dtype', '?')}, "
-        f"seed {md.get('seed', '?')}, batch sizes {md.get('batch_sizes', '?')} "
-        f"(nested {md.get('nested_batch_sizes', '?')}), wall {md.get('wall_s', '?')} s",
+        f"**{'PASS' if result.ok else 'FAIL'}**: {result.summary_line()} "
+        f"(torch {md.get('torch_version', '?')}, {md.get('device', '?')}, {md.get('dtype', '?')})",
     ]
-    if md.get("batch_size_note"):
-        lines += ["", f"Batch sizes: {md['batch_size_note']}"]
+    if md.get("interrupted"):
+        lines += [
+            "",
+            "> **Interrupted**: this report holds only the cases that finished before the run "
+            "was stopped.",
+        ]
+    lines += ["", *metadata_markdown(md)]
     matrix = result.matrix()
-    checks: list[str] = []
-    for per_check in matrix.values():
-        for check in per_check:
-            if check not in checks:
-                checks.append(check)
+    checks = check_order(result)
     lines += ["", "## Entry x check", "", "| entry | " + " | ".join(checks) + " |"]
     lines.append("|---" * (len(checks) + 1) + "|")
     for entry, per_check in matrix.items():
-        cells = [status_cell(per_check.get(ch, Counter())) for ch in checks]
-        lines.append(f"| {_md_escape(entry)} | " + " | ".join(cells) + " |")
+        cells = [status_cell(per_check.get(c, Counter())) for c in checks]
+        lines.append(f"| {md_escape(entry)} | " + " | ".join(cells) + " |")
     failures = [c for c in result.cases if c.status in BAD_STATUSES]
     if failures:
         lines += ["", f"## Failures ({len(failures)})", ""]
         for c in failures[:max_failures]:
-            lines.append(f"- `{c.id}` **{c.status}**: {_md_escape(c.message)}")
+            lines.append(
+                f"- {code_span(c.id)} **{c.status}**: {md_escape(clip(c.message, max_message))}"
+            )
             if c.repro:
-                lines.append(f"  - reproduce: `{c.repro}`")
+                lines.append(f"  - reproduce: {code_span(c.repro)}")
         if len(failures) > max_failures:
             lines.append(f"- ... and {len(failures) - max_failures} more (see the JSON report)")
+    unsupported: dict[tuple[str, str], str] = {}
+    for c in result.cases:
+        if c.status == UNSUPPORTED:
+            unsupported.setdefault((c.entry, c.check), c.message)
+    if unsupported:
+        lines += ["", f"## Unsupported ({len(unsupported)} entry x check)", ""]
+        for (entry, check), reason in unsupported.items():
+            lines.append(f"- {md_escape(entry)} / {check}: {md_escape(clip(reason, 300))}")
+    lines += ["", *coverage_markdown(result)]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,150 @@
+"""nox sessions for autograd-function-db.
+
+    nox                                  lint and tests
+    nox -s tests -- -k diff              the project's tests (arguments go to pytest)
+    nox -s lint                          ruff (check and format) and mypy
+    nox -s conformance                   the database on every torch in TORCH_VERSIONS
+    nox -s "conformance(torch='2.13.0')" one torch version; reports in out/conformance/
+                                         (-- --strict: fail when it regressed vs the baseline)
+    nox -s baseline                      regenerate reports/baseline/torch-2.13.0-cpu.json
+    nox -s regression                    2.13.0 vs 2.14.1 -> reports/regression-torch-2.13.0-vs-2.14.1.md
+
+torch 2.13.0 is installed through ``-c constraints.txt`` (the CPU wheel on this machine
+class). 2.14.1 is a CUDA build, about 5.5 GB once installed with its nvidia-* wheels; the
+suite still runs on the CPU. A conformance run exits 1 when an entry does not conform:
+that is data for the reports, so the sessions accept it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_venv = "yes"
+
+BASELINE_TORCH = "2.13.0"
+TORCH_VERSIONS = (BASELINE_TORCH, "2.14.1")
+DEVICE = "cpu"
+OUT = Path("out")
+BASELINE_DIR = Path("reports/baseline")
+
+
+def report_name(torch: str, device: str = DEVICE) -> str:
+    return f"torch-{torch}-{device}"
+
+
+def install(session: nox.Session, torch: str, *extras: str) -> None:
+    project = f".[{','.join(extras)}]" if extras else "."
+    if torch == BASELINE_TORCH:
+        session.install("-c", "constraints.txt", "-e", project)
+    else:
+        session.install(f"torch=={torch}", "-e", project)
+    session.run(
+        "python",
+        "-c",
+        "import torch; print('torch', torch.__version__, torch.version.git_version)",
+    )
+
+
+def run_suite(session: nox.Session, outdir: Path, name: str, *, all_formats: bool = True) -> Path:
+    """The whole database; returns the JSON report's path (exit 1 = something fails: kept)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    report = outdir / f"{name}.json"
+    args = ["afdb", "run", "--device", DEVICE, "-q", "--json", str(report)]
+    if all_formats:
+        args += [
+            "--markdown",
+            str(outdir / f"{name}.md"),
+            "--html",
+            str(outdir / f"{name}.html"),
+            "--junit",
+            str(outdir / f"{name}.xml"),
+        ]
+    session.run(*args, success_codes=[0, 1])
+    return report
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    install(session, BASELINE_TORCH, "test")
+    session.run("pytest", "-n", "auto", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("-c", "constraints.txt", "ruff>=0.6", "mypy>=1.10", "numpy", "torch")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session
+@nox.parametrize("torch", TORCH_VERSIONS)
+def conformance(session: nox.Session, torch: str) -> None:
+    """The database on one torch version: JSON, Markdown, HTML and JUnit in out/conformance/."""
+    install(session, torch)
+    name = report_name(torch)
+    report = run_suite(session, OUT / "conformance", name)
+    baseline = BASELINE_DIR / f"{report_name(BASELINE_TORCH)}.json"
+    if baseline.exists():
+        diff = OUT / "conformance" / f"diff-{name}"
+        session.run(
+            "afdb",
+            "diff",
+            str(baseline),
+            str(report),
+            "--markdown",
+            f"{diff}.md",
+            "--json",
+            f"{diff}.json",
+            "--title",
+            f"torch {torch} vs the baseline ({report_name(BASELINE_TORCH)})",
+            "-q",
+            # --strict: a regression against the baseline fails the session (CI, same torch).
+            success_codes=[0] if "--strict" in session.posargs else [0, 1],
+        )
+
+
+@nox.session
+def baseline(session: nox.Session) -> None:
+    """Regenerate the committed baseline (deterministic apart from timings and the revision)."""
+    install(session, BASELINE_TORCH)
+    name = report_name(BASELINE_TORCH)
+    fresh = run_suite(session, OUT / "baseline", name, all_formats=False)
+    target = BASELINE_DIR / f"{name}.json"
+    if target.exists():
+        session.log(f"changes against the committed {target}:")
+        session.run("afdb", "diff", str(target), str(fresh), "-q", success_codes=[0, 1])
+    BASELINE_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(fresh, target)
+    session.run("afdb", "report", str(target), "--markdown", str(BASELINE_DIR / f"{name}.md"))
+    session.log(f"wrote {target}")
+
+
+@nox.session
+def regression(session: nox.Session) -> None:
+    """Both torch versions in one environment, one after the other, then ``afdb diff``."""
+    old, new = TORCH_VERSIONS
+    outdir = OUT / "regression"
+    install(session, old)
+    old_report = run_suite(session, outdir, report_name(old))
+    install(session, new)
+    new_report = run_suite(session, outdir, report_name(new))
+    target = Path("reports") / f"regression-torch-{old}-vs-{new}.md"
+    session.run(
+        "afdb",
+        "diff",
+        str(old_report),
+        str(new_report),
+        "--markdown",
+        str(target),
+        "--json",
+        str(outdir / f"regression-torch-{old}-vs-{new}.json"),
+        "--title",
+        f"Regression report: torch {old} vs {new} ({DEVICE})",
+        success_codes=[0, 1],
+    )
+    session.log(f"wrote {target}")
