@@ -227,7 +227,11 @@ def spd_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
         eye = torch.eye(n, dtype=dtype, device=device)
         return x @ x.mT / n + eye + 0.1 * (m.randn(*shape) - m.randn(*shape)).tril(-1)
 
-    return [Sample((spd(4, 4),), "4x4"), Sample((spd(5, 5),), "5x5"), Sample((spd(6, 4, 4),), "batch")]
+    return [
+        Sample((spd(4, 4),), "4x4"),
+        Sample((spd(5, 5),), "5x5"),
+        Sample((spd(6, 4, 4),), "batch"),
+    ]
 
 
 def entries() -> list[Entry]:
