@@ -82,7 +82,7 @@ def captured_fallback_warnings() -> Iterator[list[str]]:
             os.close(saved)
             tmp.seek(0)
             text = tmp.read().decode(errors="replace")
-            others = []
+            others: list[str] = []
             for line in text.splitlines():
                 (lines if FALLBACK_MARK in line else others).append(line.strip())
             if others:
