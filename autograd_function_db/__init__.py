@@ -6,7 +6,17 @@ module contributes its entries through an ``entries()`` function listed below.
 
 from __future__ import annotations
 
-from . import numpy_ops
+from . import (
+    ctx_features,
+    custom_ops,
+    elementwise,
+    indexing,
+    linalg,
+    numpy_ops,
+    reductions,
+    shapes,
+    vmap_features,
+)
 from .entry import (
     GRADIENT_CUSTOM,
     GRADIENT_DERIVATIVE,
@@ -23,7 +33,17 @@ from .hazards import DEFAULT_HAZARD_SIZES, HazardousSampleError, find_hazards
 from .registry import Registry, RegistryError, validate_entry
 
 #: Theme modules, in the order their entries are listed.
-THEMES = (numpy_ops,)
+THEMES = (
+    numpy_ops,
+    elementwise,
+    reductions,
+    shapes,
+    indexing,
+    linalg,
+    ctx_features,
+    vmap_features,
+    custom_ops,
+)
 
 
 def _build() -> Registry:

@@ -130,6 +130,17 @@ class Entry:
     description: str = ""
     #: Functions the vmap rule itself calls (contract interception covers them too).
     helper_functions: tuple[type, ...] = ()
+    #: A ``torch.library.custom_op`` (CustomOpDef) when the entry is a custom op rather than
+    #: an autograd.Function: ``function`` and ``op`` then hold the same object, the vmap
+    #: rule is the one given to ``register_vmap`` (or none: torch falls back to a loop).
+    custom_op: Any = None
+
+    @property
+    def function_name(self) -> str:
+        """The Function's class name, or the custom op's qualified name (``afdb::numpy_sin``)."""
+        if self.custom_op is not None:
+            return str(getattr(self.custom_op, "_qualname", self.name))
+        return getattr(self.function, "__name__", self.name)
 
     @property
     def call(self) -> Callable[..., Any]:

@@ -223,18 +223,38 @@ def loop_reference(
     return outs, returned_tuple
 
 
-def vmapped(fn: Callable[..., Any], plan: Plan, out_dims: Sequence[Any]) -> Callable[..., Any]:
+def vmapped(
+    fn: Callable[..., Any], plan: Plan, out_dims: Sequence[Any], randomness: str = "error"
+) -> Callable[..., Any]:
     """``fn`` wrapped in one ``torch.func.vmap`` per level (outermost first in the plan).
 
-    ``out_dims[k]`` is the concrete out_dims for level k (an int, or a tuple per output).
+    ``out_dims[k]`` is the concrete out_dims for level k (an int, or a tuple per output);
+    ``randomness`` is passed to every level (torch's default, "error", unless a random
+    entry is being checked).
     """
     wrapped = fn
     for k in reversed(range(len(plan.levels))):
         lv = plan.levels[k]
         wrapped = torch.func.vmap(
-            wrapped, in_dims=lv.in_dims, out_dims=out_dims[k], chunk_size=lv.chunk_size
+            wrapped,
+            in_dims=lv.in_dims,
+            out_dims=out_dims[k],
+            chunk_size=lv.chunk_size,
+            randomness=randomness,
         )
     return wrapped
+
+
+class RepeatedSlices(SliceSource):
+    """A SliceSource that gives the base slice at every path: batched arguments built from
+    it repeat one slice, which is wanted only where per-slice outputs must be compared with
+    each other (randomness="different" must make them differ)."""
+
+    def __init__(self, slices: SliceSource) -> None:  # noqa: D107 (no super: delegates)
+        self._slices = slices
+
+    def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
+        return self._slices.args(())
 
 
 def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) -> list[Any]:

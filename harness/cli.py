@@ -388,11 +388,20 @@ def execute(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .sources import load_source
+    from .sources import expectations_path, load_source, options_for_source
 
     options = options_from_args(args)
     check_output_paths(args)
     entries = select_entries(load_source(args.source), args.names)
+    options = options_for_source(args.source, entries, options)
+    if args.no_expectations:
+        args.expectations = None
+    elif not args.expectations:
+        committed = expectations_path(args.source)
+        if committed is not None:
+            args.expectations = str(committed)
+            if not args.quiet:
+                print(f"using the committed expectations {committed} (--no-expectations to ignore)")
     result = execute(entries, options, args, source=args.source)
     if result.metadata.get("interrupted"):
         return 130
@@ -423,6 +432,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--source", default="afdb", help="entry source: afdb (default) or pytorch")
     add_common_options(p)
+    p.add_argument(
+        "--no-expectations",
+        action="store_true",
+        help="ignore the source's committed expectations file (reports/expectations/SOURCE.json)",
+    )
     p.set_defaults(func=cmd_run)
 
     for name in COMMAND_MODULES:

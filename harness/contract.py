@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from autograd_function_db.entry import VMAP_GENERATED, Entry
+from autograd_function_db.entry import VMAP_GENERATED, VMAP_NONE, Entry
 
 from .batching import (
     ArgLayout,
@@ -57,6 +57,24 @@ def _slice0(a: Any, d: Any) -> Any:
     return a
 
 
+def _recorder(original: Any, forward: Any, calls: list[RuleCall]) -> Any:
+    """A vmap rule that records what ``original`` receives and returns."""
+
+    def recording_rule(info: Any, in_dims: Any, *args: Any) -> Any:
+        per_slice = None
+        if all(_is_plain(a) for a in args) and not torch._C._functorch.peek_interpreter_stack():
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                try:
+                    per_slice = as_tuple(forward(*(_slice0(a, d) for a, d in zip(args, in_dims))))
+                except Exception:
+                    per_slice = None
+        returned = original(info, in_dims, *args)
+        calls.append(RuleCall(info.batch_size, tuple(in_dims), returned, per_slice))
+        return returned
+
+    return recording_rule
+
+
 @contextlib.contextmanager
 def intercept_vmap_rule(function: type) -> Iterator[list[RuleCall]]:
     """Record every call of ``function.vmap`` while the block runs; restore it afterwards."""
@@ -64,21 +82,7 @@ def intercept_vmap_rule(function: type) -> Iterator[list[RuleCall]]:
     had_own = "vmap" in function.__dict__
     saved = function.__dict__.get("vmap")
     original = function.vmap  # type: ignore[attr-defined]
-
-    def recording_rule(info: Any, in_dims: Any, *args: Any) -> Any:
-        per_slice = None
-        if all(_is_plain(a) for a in args) and not torch._C._functorch.peek_interpreter_stack():
-            with torch.no_grad():
-                try:
-                    per_slice = as_tuple(
-                        function.forward(*(_slice0(a, d) for a, d in zip(args, in_dims)))  # type: ignore[attr-defined]
-                    )
-                except Exception:
-                    per_slice = None
-        returned = original(info, in_dims, *args)
-        calls.append(RuleCall(info.batch_size, tuple(in_dims), returned, per_slice))
-        return returned
-
+    recording_rule = _recorder(original, function.forward, calls)  # type: ignore[attr-defined]
     function.vmap = staticmethod(recording_rule)  # type: ignore[attr-defined]
     try:
         yield calls
@@ -87,6 +91,28 @@ def intercept_vmap_rule(function: type) -> Iterator[list[RuleCall]]:
             function.vmap = saved  # type: ignore[attr-defined]
         else:
             del function.vmap  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def intercept_custom_op_rule(op: Any) -> Iterator[list[RuleCall]]:
+    """Record every call of the rule a torch.library custom op got from ``register_vmap``.
+
+    torch's batching kernel for the op looks the rule up in ``op._vmap_fn`` on every call,
+    so swapping that attribute for the block intercepts every level and chunk.
+    """
+    calls: list[RuleCall] = []
+    original = op._vmap_fn
+    op._vmap_fn = _recorder(original, op, calls)
+    try:
+        yield calls
+    finally:
+        op._vmap_fn = original
+
+
+def intercept_entry_rule(entry: Entry) -> contextlib.AbstractContextManager[list[RuleCall]]:
+    if entry.custom_op is not None:
+        return intercept_custom_op_rule(entry.custom_op)
+    return intercept_vmap_rule(entry.function)
 
 
 def validate_call(
@@ -188,15 +214,21 @@ def run_contract(ctx: CaseContext) -> str | None:
     out_dims = concrete_out_dims(plan, reference, returned_tuple)
     args = build_batched_args(plan, ctx.slices)
     error: BaseException | None = None
-    with intercept_vmap_rule(entry.function) as calls:
-        try:
-            vmapped(fn, plan, out_dims)(*args)
-        except Exception as e:  # the contract explains the error, if it can
-            error = e
+    # A random entry's rule raises under torch's default randomness="error" (as it must):
+    # its contract is checked under the modes in which it draws.
+    modes = ("same", "different") if entry.caps.randomness else ("error",)
+    with intercept_entry_rule(entry) as calls:
+        for mode in modes:
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    vmapped(fn, plan, out_dims, randomness=mode)(*args)
+            except Exception as e:  # the contract explains the error, if it can
+                error = e
+                break
     problems = [
         p
         for c in calls
-        for p in validate_call(entry.function.__name__, c, per_slice_ref, returned_tuple)
+        for p in validate_call(entry.function_name, c, per_slice_ref, returned_tuple)
     ]
     if problems:
         unique = list(dict.fromkeys(problems))
@@ -205,13 +237,19 @@ def run_contract(ctx: CaseContext) -> str | None:
         raise error
     if not calls:
         raise CheckFailure(
-            f"contract {plan.id}: the vmap rule of {entry.function.__name__} was never called, "
+            f"contract {plan.id}: the vmap rule of {entry.function_name} was never called, "
             "although an argument is batched; is the entry's op really this Function?"
         )
     return "vmap rule contract"
 
 
 def _supported(entry: Entry) -> str | None:
+    if entry.custom_op is not None and entry.caps.vmap == VMAP_NONE:
+        return (
+            f"custom op {entry.function_name} has no vmap rule (no torch.library.register_vmap): "
+            "vmap falls back to a slow per-slice loop, so there is no rule to validate "
+            "(the vmap checks report the fallback)"
+        )
     reason = needs_vmap(entry)
     if reason:
         return reason

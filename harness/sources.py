@@ -1,17 +1,251 @@
-"""Entry sources: where the Functions under test come from."""
+"""Entry sources: where the entries of a run come from.
+
+* ``"afdb"``: this suite's own registry (``autograd_function_db.REGISTRY``), whose samples
+  are proven hazard-free at the default batch sizes when it is built.
+* ``"pytorch"``: PyTorch's own ``torch.testing._internal.autograd_function_db``, imported
+  at run time (never copied) and adapted into entries: each OpInfo becomes an Entry whose
+  Function is found from ``OpInfo.op`` and whose sample generator calls the OpInfo's
+  ``sample_inputs_func`` under a seeded global RNG (``make_tensor`` draws from it), so
+  different seeds give different data of the same structure.
+
+Hazards. PyTorch's samples use dims such as 3 (a 3x5 input), which collide with the
+default batch sizes (2 outside, 3 inside; chunks of 3). The adapter therefore registers
+its entries with ``Registry(..., validate=False)`` and, instead, ``options_for_source``
+picks batch sizes that no sample dim uses (for torch 2.13: dims {1, 3, 4, 5}, so batch 2,
+nested (2, 6), chunked 8 in chunks of 6), proves every sample hazard-free at those sizes
+with ``validate_entry`` and records the choice in ``Options.batch_size_note``.
+
+Failures that are torch's own limitations are listed, with reasons, in
+``reports/expectations/<source>.json`` (``expectations_path``).
+"""
 
 from __future__ import annotations
 
-from autograd_function_db.entry import Entry
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autograd_function_db.entry import Capabilities, Entry, Sample, Tolerances
+from autograd_function_db.hazards import safe_batch_sizes, sample_dim_sizes
+from autograd_function_db.registry import Registry, validate_entry
 
 from .api import UsageError
+from .options import Options
 
-SOURCES = ("afdb",)
+SOURCES: dict[str, str] = {
+    "afdb": "this suite's registry (autograd_function_db.REGISTRY)",
+    "pytorch": "PyTorch's torch.testing._internal.autograd_function_db, adapted at run time",
+}
+
+PYTORCH_MODULE = "torch.testing._internal.autograd_function_db"
+#: Prefix of adapted entry names, so they never clash with the suite's own.
+PYTORCH_PREFIX = "pytorch."
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class SourceError(UsageError):
+    """An unknown source, or one that cannot be loaded (a one-line reason)."""
 
 
 def load_source(name: str) -> list[Entry]:
+    """The entries of source ``name`` ("afdb" or "pytorch")."""
     if name == "afdb":
         from autograd_function_db import REGISTRY
 
         return list(REGISTRY)
-    raise UsageError(f"unknown source {name!r}; use one of {', '.join(SOURCES)}")
+    if name == "pytorch":
+        return list(pytorch_registry())
+    raise SourceError(f"unknown source {name!r}; known sources: {', '.join(SOURCES)}")
+
+
+def expectations_path(name: str) -> Path | None:
+    """The committed expectations file of a source, when there is one."""
+    path = REPO_ROOT / "reports" / "expectations" / f"{name}.json"
+    return path if path.exists() else None
+
+
+# --- the pytorch adapter ------------------------------------------------------------------
+
+
+def _function_of(op: Callable[..., Any], module: Any) -> type | None:
+    """The autograd.Function behind an OpInfo's ``op``: ``F.apply`` or a lambda calling it."""
+    owner = getattr(op, "__self__", None)
+    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+        return owner
+    code = getattr(op, "__code__", None)
+    if code is None:
+        return None
+    for name in code.co_names:
+        candidate = getattr(module, name, None)
+        if isinstance(candidate, type) and issubclass(candidate, torch.autograd.Function):
+            return candidate
+    return None
+
+
+def _plain(x: Any) -> Any:
+    return x.detach() if isinstance(x, torch.Tensor) else x
+
+
+def _seeded_samples(opinfo: Any) -> tuple[Callable[[int, torch.dtype, str], list[Sample]], dict]:
+    """A seeded sample generator over ``opinfo.sample_inputs_func`` and the kwargs its
+    samples share (bound into the op, since entries take positional arguments only)."""
+
+    def draw(seed: int, dtype: torch.dtype, device: str) -> list[tuple[tuple, dict]]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed) & 0x7FFF_FFFF_FFFF_FFFF)
+            raw = list(opinfo.sample_inputs_func(opinfo, device, dtype, False))
+        return [
+            ((_plain(s.input), *(_plain(a) for a in s.args)), dict(s.kwargs or {})) for s in raw
+        ]
+
+    probe = draw(0, torch.float64, "cpu")
+    kwargs = probe[0][1] if probe else {}
+    for _, kw in probe:
+        if kw.keys() != kwargs.keys() or any(repr(kw[k]) != repr(kwargs[k]) for k in kw):
+            raise SourceError(
+                f"{opinfo.name}: samples with different keyword arguments cannot be adapted "
+                "(entries take positional arguments only)"
+            )
+
+    def samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+        return [Sample(args, f"opinfo{i}") for i, (args, _) in enumerate(draw(seed, dtype, device))]
+
+    return samples, kwargs
+
+
+def adapt_opinfo(opinfo: Any, module: Any) -> Entry:
+    """One OpInfo of PyTorch's autograd_function_db as an Entry of this suite."""
+    function = _function_of(opinfo.op, module)
+    if function is None:
+        raise SourceError(f"{opinfo.name}: cannot find the autograd.Function behind its op")
+    samples, kwargs = _seeded_samples(opinfo)
+    op = opinfo.op
+    if kwargs:
+        base_op = op
+
+        def op(*args: Any) -> Any:
+            return base_op(*args, **kwargs)
+
+    caps = Capabilities.from_function(function)
+    # The OpInfo's own flags record what PyTorch knows does not work (numpy inside jvp,
+    # for example), so they narrow what the class alone would claim.
+    caps = dataclasses.replace(
+        caps,
+        jvp=caps.jvp and bool(getattr(opinfo, "supports_forward_ad", False)),
+        double_backward=caps.double_backward and bool(getattr(opinfo, "supports_gradgrad", True)),
+    )
+    # Non-differentiable outputs: those with a non-floating dtype (indices), read off one call.
+    probe = samples(0, torch.float64, "cpu")
+    nondiff: tuple[int, ...] = ()
+    if probe:
+        with torch.no_grad():
+            out = op(*(a.clone() if isinstance(a, torch.Tensor) else a for a in probe[0].args))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        nondiff = tuple(
+            k
+            for k, o in enumerate(outs)
+            if isinstance(o, torch.Tensor) and not (o.is_floating_point() or o.is_complex())
+        )
+    caps = dataclasses.replace(caps, nondiff_outputs=nondiff)
+    # Integer tensor arguments (an index and its inverse) are only valid together: batch
+    # them as one group, so each slice gets a matching pair.
+    index_args = tuple(
+        i
+        for i, a in enumerate(probe[0].args if probe else ())
+        if isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex())
+    )
+    linked = (index_args,) if len(index_args) > 1 else ()
+    short = opinfo.name.removesuffix("AutogradFunction")
+    own_doc = function.__dict__.get("__doc__")
+    doc = inspect.cleandoc(own_doc) if own_doc else ""
+    return Entry(
+        name=PYTORCH_PREFIX + short,
+        function=function,
+        samples=samples,
+        op=op,
+        caps=caps,
+        tolerances=Tolerances(),
+        linked_args=linked,
+        tags=frozenset({"source:pytorch", f"pytorch-opinfo:{opinfo.name}"}),
+        description=(
+            f"PyTorch's autograd_function_db OpInfo {opinfo.name!r} "
+            f"(Function {function.__name__})" + (f": {doc.splitlines()[0]}" if doc else "")
+        ),
+    )
+
+
+def pytorch_registry() -> Registry:
+    """PyTorch's autograd_function_db as a Registry (not validated at the default batch
+    sizes: its samples use dim 3; see ``options_for_source``)."""
+    try:
+        module = importlib.import_module(PYTORCH_MODULE)
+    except Exception as e:  # an old or stripped torch build
+        raise SourceError(f"cannot import {PYTORCH_MODULE}: {type(e).__name__}: {e}") from None
+    return Registry((adapt_opinfo(o, module) for o in module.autograd_function_db), validate=False)
+
+
+# --- batch sizes that avoid a source's sample dims ---------------------------------------
+
+
+def used_dims(entries: Iterable[Entry], dtype: torch.dtype = torch.float64) -> set[int]:
+    """Every dim size of every sample tensor of these entries."""
+    used: set[int] = set()
+    for e in entries:
+        for s in e.make_samples(0, dtype):
+            used |= sample_dim_sizes(s.args)
+    return used
+
+
+def hazard_free_options(entries: Iterable[Entry], options: Options) -> Options:
+    """Options whose batch sizes no sample dim uses (batch 2 stays when it is free), with
+    the choice recorded in ``batch_size_note``; every sample is then proven hazard-free
+    at those sizes (``validate_entry``), so a misplaced batch dim still fails loudly."""
+    entries = list(entries)
+    used = used_dims(entries, options.dtype)
+    if not used & set(options.hazard_sizes()):
+        return options
+    first, second = safe_batch_sizes(used, 2)
+    chunk = first + second
+    while chunk in used or (chunk % second) in used - {1}:
+        chunk += 1
+    chosen = options.replace(
+        batch_sizes=(first,),
+        nested_batch_sizes=(first, second),
+        chunk=(chunk, second),
+        batch_size_note=(
+            f"batch sizes chosen to avoid the sample dims {sorted(used)}: batch {first}, "
+            f"nested ({first}, {second}), chunked {chunk} in chunks of {second}"
+        ),
+    )
+    for e in entries:
+        validate_entry(e, chosen.hazard_sizes())
+    return chosen
+
+
+def options_for_source(name: str, entries: Iterable[Entry], options: Options) -> Options:
+    """The options a run of source ``name`` should use: the registry's own samples are
+    hazard-free at the defaults; another source gets batch sizes that avoid its dims."""
+    if name == "afdb":
+        return options
+    return hazard_free_options(entries, options)
+
+
+__all__ = [
+    "PYTORCH_MODULE",
+    "PYTORCH_PREFIX",
+    "SOURCES",
+    "SourceError",
+    "adapt_opinfo",
+    "expectations_path",
+    "hazard_free_options",
+    "load_source",
+    "options_for_source",
+    "pytorch_registry",
+    "used_dims",
+]

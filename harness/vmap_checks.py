@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
+from autograd_function_db.entry import VMAP_NONE, Entry
+
 from .batching import (
     ArgLayout,
     Plan,
+    RepeatedSlices,
     as_tuple,
     build_batched_args,
     chunked_plans,
@@ -20,9 +28,83 @@ from .batching import (
     single_level_plans,
     vmapped,
 )
-from .checks import CaseContext, CheckFailure, CheckSpec, needs_vmap, register
+from .checks import CaseContext, CheckFailure, CheckSpec, Unsupported, needs_vmap, register
 from .compare import compare_outputs
 from .options import Options
+
+# --- custom ops without a vmap rule: torch falls back to a slow loop ------------------------
+
+#: Text of torch's C++ warning when vmap falls back to a per-slice loop (BatchedFallback.cpp).
+FALLBACK_MARK = "we have not yet implemented the batching rule"
+
+
+def lacks_batching_rule(entry: Entry) -> bool:
+    """True for a torch.library custom op with no FuncTorchBatched kernel (no register_vmap):
+    vmap then runs it through the slow per-slice fallback instead of raising."""
+    qualname = getattr(entry.custom_op, "_qualname", None)
+    if qualname is None:
+        return False
+    return not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "FuncTorchBatched")
+
+
+def needs_vmap_or_fallback(entry: Entry) -> str | None:
+    """Like ``needs_vmap``, but a custom op without a rule still runs: the fallback is reported."""
+    if entry.custom_op is not None and entry.caps.vmap == VMAP_NONE:
+        return None
+    return needs_vmap(entry)
+
+
+@contextlib.contextmanager
+def captured_fallback_warnings() -> Iterator[list[str]]:
+    """Collect torch's vmap fallback warnings while the block runs.
+
+    The warning comes from C++ and goes straight to file descriptor 2 (not through
+    Python's warnings), so fd 2 is redirected to a temporary file for the block; lines
+    that are not the fallback warning are written back to stderr afterwards. Python
+    warnings carrying the same text are collected too. The list is filled on exit.
+    """
+    lines: list[str] = []
+    caught: list[warnings.WarningMessage] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            with warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                try:
+                    yield lines
+                finally:
+                    caught.extend(record)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            others: list[str] = []
+            for line in text.splitlines():
+                (lines if FALLBACK_MARK in line else others).append(line.strip())
+            if others:
+                sys.stderr.write("\n".join(others) + "\n")
+            for w in caught:
+                if FALLBACK_MARK in str(w.message):
+                    lines.append(str(w.message))
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def fallback_message(entry: Entry, name: str, plan: Plan, captured: list[str]) -> str:
+    warning = ""
+    if captured:
+        text = captured[0]
+        text = text[text.find("Warning:") + len("Warning:") :] if "Warning:" in text else text
+        warning = f' (torch warned: "{text.strip()}")'
+    return (
+        f"{name} {plan.id}: custom op {entry.function_name} has no vmap rule, so torch.func.vmap "
+        f"fell back to a slow per-slice loop{warning}; the results matched the loop reference, "
+        "but nothing was batched: register a rule with torch.library.register_vmap"
+    )
 
 
 def _diagnose(actual: Any, expected: Any, plan: Plan, out_dim: Any) -> str:
@@ -73,7 +155,23 @@ def assert_inputs_unchanged(
 
 
 def run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
-    """Run the plan's vmap(s) and compare with the loop reference; raise CheckFailure on mismatch."""
+    """Run the plan's vmap(s) and compare with the loop reference; raise CheckFailure on mismatch.
+
+    A random entry is checked under each ``randomness`` mode (``run_random_plan``); a custom
+    op without a vmap rule is compared as usual and then reported as ``unsupported`` with
+    a message naming torch's slow fallback (never as a plain pass).
+    """
+    if ctx.entry.caps.randomness:
+        return run_random_plan(ctx, name)
+    if lacks_batching_rule(ctx.entry):
+        assert ctx.plan is not None
+        with captured_fallback_warnings() as captured:
+            _run_vmap_plan(ctx, name)
+        raise Unsupported(fallback_message(ctx.entry, name, ctx.plan, captured))
+    return _run_vmap_plan(ctx, name)
+
+
+def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     plan = ctx.plan
     assert plan is not None
     fn = ctx.entry.call
@@ -117,6 +215,101 @@ def run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     return "loop over slices"
 
 
+# --- randomness ------------------------------------------------------------------------------
+
+#: The modes ``torch.func.vmap(randomness=...)`` accepts; a random entry is checked under each.
+RANDOMNESS_MODES = ("error", "same", "different")
+
+
+def _seeded(fn: Callable[..., Any], seed: int) -> Callable[..., Any]:
+    """``fn`` called with the global RNG reseeded to ``seed`` (and restored afterwards)."""
+
+    def call(*args: Any) -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return fn(*args)
+
+    return call
+
+
+def _slices_along(t: torch.Tensor, dim: int) -> list[torch.Tensor]:
+    return list(t.movedim(normalize_dim(dim, t.dim()), 0))
+
+
+def run_random_plan(ctx: CaseContext, name: str) -> str | None:
+    """A random entry under each ``randomness`` mode, for the plan's levels and batch sizes.
+
+    * ``error``: the vmapped call must raise (the rule must refuse to draw).
+    * ``same``: one draw shared by all slices: equal to a loop that reseeds the RNG to
+      the same seed before every slice.
+    * ``different``: a draw per slice: on a batch that repeats one input slice, the
+      per-slice outputs must not all be equal; shapes and dtypes as the loop's.
+    """
+    plan = ctx.plan
+    assert plan is not None
+    fn = ctx.entry.call
+    seed = int(ctx.generator("rng").initial_seed())
+    label = f"{name} {plan.id}"
+    expected, returned_tuple = loop_reference(_seeded(fn, seed), plan, ctx.slices)
+    out_dims = concrete_out_dims(plan, expected, returned_tuple)
+    args = build_batched_args(plan, ctx.slices)
+    rtol, atol = ctx.tolerances
+
+    try:
+        with torch.random.fork_rng(devices=[]):
+            vmapped(fn, plan, out_dims, randomness="error")(*args)
+    except Exception:
+        pass
+    else:
+        raise CheckFailure(
+            f"{label}, randomness='error': the call returned instead of raising; a vmap rule "
+            "that draws random numbers must raise when info.randomness == 'error'"
+        )
+
+    same = as_tuple(_seeded(vmapped(fn, plan, out_dims, randomness="same"), seed)(*args))
+    problems = compare_outputs(
+        same,
+        expected,
+        rtol=rtol,
+        atol=atol,
+        label=f"{label}, randomness='same' (vmap vs a loop reseeded to the same seed per slice)",
+    )
+    if problems:
+        raise CheckFailure(
+            "; ".join(problems) + " -- with randomness='same' every slice must see the draw "
+            "one unbatched call makes (draw once with the per-slice shape and broadcast)"
+        )
+
+    different = as_tuple(_seeded(vmapped(fn, plan, out_dims, randomness="different"), seed)(*args))
+    problems = compare_outputs(
+        [o.shape for o in different if isinstance(o, torch.Tensor)],
+        [o.shape for o in expected if isinstance(o, torch.Tensor)],
+        rtol=0,
+        atol=0,
+        label=f"{label}, randomness='different': output shapes",
+    )
+    if problems:
+        raise CheckFailure("; ".join(problems))
+    repeated = build_batched_args(plan, RepeatedSlices(ctx.slices))
+    outs = as_tuple(_seeded(vmapped(fn, plan, out_dims, randomness="different"), seed)(*repeated))
+    level0 = out_dims[0]
+    varied = False
+    for k, out in enumerate(outs):
+        if not isinstance(out, torch.Tensor) or not (out.is_floating_point() or out.is_complex()):
+            continue
+        dim = level0[k] if isinstance(level0, tuple) else level0
+        parts = _slices_along(out, dim)
+        if any(not torch.equal(parts[0], p) for p in parts[1:]):
+            varied = True
+    if not varied:
+        raise CheckFailure(
+            f"{label}, randomness='different': on a batch that repeats one input slice every "
+            "slice got the same output; each batch element must get its own draw (draw with "
+            "the batched shape when info.randomness == 'different')"
+        )
+    return "loop reseeded per slice (same); per-slice variation (different); raises (error)"
+
+
 def _single(layout: ArgLayout, options: Options) -> list[Plan | None]:
     plans: list[Plan | None] = []
     for b in options.batch_sizes:
@@ -137,7 +330,7 @@ register(
         "vmap",
         lambda ctx: run_vmap_plan(ctx, "vmap"),
         _single,
-        needs_vmap,
+        needs_vmap_or_fallback,
         "vmap",
         "loop over slices",
         "vmap(f, in_dims, out_dims) for every plan",
@@ -148,7 +341,7 @@ register(
         "vmap_nested",
         lambda ctx: run_vmap_plan(ctx, "vmap_nested"),
         _nested,
-        needs_vmap,
+        needs_vmap_or_fallback,
         "vmap",
         "nested loop over slices",
         "vmap(vmap(f)) with a different batch size and in_dims per level",
@@ -159,7 +352,7 @@ register(
         "vmap_chunked",
         lambda ctx: run_vmap_plan(ctx, "vmap_chunked"),
         _chunked,
-        needs_vmap,
+        needs_vmap_or_fallback,
         "vmap",
         "loop over slices",
         "vmap(f, chunk_size=k): the rule sees batches smaller than the whole",
