@@ -106,7 +106,7 @@ class RandomMask(torch.autograd.Function):
 
     @staticmethod
     def forward(x, p):
-        keep = (torch.rand(x.shape, dtype=x.dtype, device=x.device) >= p).to(x.dtype)
+        keep = (torch.rand(x.shape, dtype=torch.float64, device=x.device) >= p).to(x.dtype)
         return x * keep / (1 - p), keep
 
     @staticmethod
@@ -137,11 +137,11 @@ class RandomMask(torch.autograd.Function):
             # One draw with the per-slice shape, shared by every slice. (Returning ``keep``
             # unbatched with out_dim None would be valid, but torch 2.13 mishandles an
             # unbatched output under out_dims != 0: see RowSumWithCount.)
-            keep = (torch.rand(x.shape[1:], dtype=x.dtype, device=x.device) >= p).to(x.dtype)
+            keep = (torch.rand(x.shape[1:], dtype=torch.float64, device=x.device) >= p).to(x.dtype)
             # (keep + zeros_like(x), not keep.expand: under nested vmap the outer level
             # must see a batched tensor too.)
             return (x * keep / (1 - p), keep + torch.zeros_like(x)), (0, 0)
-        keep = (torch.rand(x.shape, dtype=x.dtype, device=x.device) >= p).to(x.dtype)
+        keep = (torch.rand(x.shape, dtype=torch.float64, device=x.device) >= p).to(x.dtype)
         return (x * keep / (1 - p), keep), (0, 0)
 
 

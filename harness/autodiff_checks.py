@@ -39,6 +39,7 @@ argument is returned as the same tensor object (``mark_dirty``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,9 +59,11 @@ from .batching import (
     as_tuple,
     build_batched_args,
     concrete_out_dims,
+    derive_seed,
     loop_reference,
     nested_plans,
     normalize_dim,
+    seeded_call,
     single_level_plans,
     slice_call_args,
     vmapped,
@@ -725,7 +728,9 @@ def run_jacobian(ctx: CaseContext, kind: str) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
     findings = Findings.of(ctx)
-    transform = torch.func.jacrev if kind == "jacrev" else torch.func.jacfwd
+    transform: Callable[..., Any] = torch.func.jacrev
+    if kind == "jacfwd":
+        transform = functools.partial(torch.func.jacfwd, randomness=ctx.vmap_randomness)
     watch = Watch()
     for i, a in enumerate(view.args):
         watch.add(f"input {i}", a)
@@ -1084,7 +1089,9 @@ def _run_composite(
     watch = Watch()
     for i, a in enumerate(batched):
         watch.add(f"input {i}" if i < n else f"batched {kind} {i - n}", a)
-    actual = as_tuple(attempt(label, vmapped(actual_fn, full, out_dims), *batched))
+    actual = as_tuple(
+        attempt(label, vmapped(actual_fn, full, out_dims, randomness=ctx.vmap_randomness), *batched)
+    )
     watch.verify(label, findings, f"the Function must leave its inputs and {kind} unchanged")
     if len(actual) != len(expected):
         findings.add(f"{label}: {len(actual)} results, reference {len(expected)}")
@@ -1217,7 +1224,7 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
     cot_in = [c.clone() for c in cots]
     for j, c in zip(view.outs, cot_in):
         watch.add(f"the cotangent of output {j}", c)
-    vf = vmapped(fn, plan, out_dims)
+    vf = vmapped(fn, plan, out_dims, randomness=ctx.vmap_randomness)
 
     def f(*xs: Any) -> tuple[Any, ...]:
         call = list(batched)
@@ -1368,5 +1375,30 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
     ),
 ]
 
+
+def _with_fixed_rng(run: Callable[[CaseContext], str]) -> Callable[[CaseContext], str]:
+    """For a random entry, every call of the Function draws the same numbers.
+
+    The RNG is reseeded (from the seed and the case id) before each call, so the
+    Function is a deterministic function of its inputs: finite differences, eager
+    references and transforms all see the same draws. Under vmap the draws must then
+    be shared by the slices too, which is ``randomness='same'``; the vmap checks test
+    the other modes.
+    """
+
+    def run_fixed(ctx: CaseContext) -> str:
+        if ctx.entry.caps.randomness:
+            seed = derive_seed(ctx.options.seed, ctx.case_id, "rng")
+            ctx.entry = dataclasses.replace(ctx.entry, op=seeded_call(ctx.entry.call, seed))
+            ctx.vmap_randomness = "same"
+        return run(ctx)
+
+    return run_fixed
+
+
 for _name, _run, _plans, _supported, _reference, _description in _CATALOGUE:
-    register(CheckSpec(_name, _run, _plans, _supported, "autodiff", _reference, _description))
+    register(
+        CheckSpec(
+            _name, _with_fixed_rng(_run), _plans, _supported, "autodiff", _reference, _description
+        )
+    )

@@ -105,6 +105,17 @@ def resolve_out_dim(out_dim: OutDim, per_slice_ndim: int) -> int:
     return out_dim
 
 
+def seeded_call(fn: Callable[..., Any], seed: int) -> Callable[..., Any]:
+    """``fn`` called with the global RNG reseeded to ``seed`` (and restored afterwards)."""
+
+    def call(*args: Any) -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return fn(*args)
+
+    return call
+
+
 # --- slices -------------------------------------------------------------------------------
 
 

@@ -41,6 +41,8 @@ class CaseContext:
     slices: SliceSource
     options: Options
     notes: list[str] = field(default_factory=list)
+    #: ``randomness=`` for the vmaps a check runs ("same" for a random entry whose RNG is fixed).
+    vmap_randomness: str = "error"
 
     @property
     def tolerances(self) -> tuple[float, float]:

@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from .batching import (
     loop_reference,
     nested_plans,
     normalize_dim,
+    seeded_call,
     single_level_plans,
     vmapped,
 )
@@ -221,17 +222,6 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
 RANDOMNESS_MODES = ("error", "same", "different")
 
 
-def _seeded(fn: Callable[..., Any], seed: int) -> Callable[..., Any]:
-    """``fn`` called with the global RNG reseeded to ``seed`` (and restored afterwards)."""
-
-    def call(*args: Any) -> Any:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return fn(*args)
-
-    return call
-
-
 def _slices_along(t: torch.Tensor, dim: int) -> list[torch.Tensor]:
     return list(t.movedim(normalize_dim(dim, t.dim()), 0))
 
@@ -250,7 +240,7 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
     fn = ctx.entry.call
     seed = int(ctx.generator("rng").initial_seed())
     label = f"{name} {plan.id}"
-    expected, returned_tuple = loop_reference(_seeded(fn, seed), plan, ctx.slices)
+    expected, returned_tuple = loop_reference(seeded_call(fn, seed), plan, ctx.slices)
     out_dims = concrete_out_dims(plan, expected, returned_tuple)
     args = build_batched_args(plan, ctx.slices)
     rtol, atol = ctx.tolerances
@@ -266,7 +256,7 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
             "that draws random numbers must raise when info.randomness == 'error'"
         )
 
-    same = as_tuple(_seeded(vmapped(fn, plan, out_dims, randomness="same"), seed)(*args))
+    same = as_tuple(seeded_call(vmapped(fn, plan, out_dims, randomness="same"), seed)(*args))
     problems = compare_outputs(
         same,
         expected,
@@ -280,7 +270,9 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
             "one unbatched call makes (draw once with the per-slice shape and broadcast)"
         )
 
-    different = as_tuple(_seeded(vmapped(fn, plan, out_dims, randomness="different"), seed)(*args))
+    different = as_tuple(
+        seeded_call(vmapped(fn, plan, out_dims, randomness="different"), seed)(*args)
+    )
     problems = compare_outputs(
         [o.shape for o in different if isinstance(o, torch.Tensor)],
         [o.shape for o in expected if isinstance(o, torch.Tensor)],
@@ -291,7 +283,9 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
     if problems:
         raise CheckFailure("; ".join(problems))
     repeated = build_batched_args(plan, RepeatedSlices(ctx.slices))
-    outs = as_tuple(_seeded(vmapped(fn, plan, out_dims, randomness="different"), seed)(*repeated))
+    outs = as_tuple(
+        seeded_call(vmapped(fn, plan, out_dims, randomness="different"), seed)(*repeated)
+    )
     level0 = out_dims[0]
     varied = False
     for k, out in enumerate(outs):

@@ -307,7 +307,11 @@ def test_registry_passes_every_autodiff_check_it_claims(name, dtype):
     expected = ex.load(expectations_path("afdb"))
     e = next(e for e in REGISTRY if e.name == name)
     results = [ex.apply(expected, r) for r in run(e, *AUTODIFF, dtype=dtype)]
-    bad = [(r.id, r.status, r.message) for r in results if r.status not in ("pass", "unsupported", "xfail", "skip")]
+    bad = [
+        (r.id, r.status, r.message)
+        for r in results
+        if r.status not in ("pass", "unsupported", "xfail", "skip")
+    ]
     assert not bad, bad
     unsupported = [r for r in results if r.status == "unsupported"]
     assert all(r.message for r in unsupported)  # every unsupported case says why

@@ -118,7 +118,7 @@ def _random_variant(mode_bug: str) -> Entry:
             if mode_bug == "different":
                 per_slice = True  # one shared draw under 'different'
             shape = x.shape[1:] if per_slice else x.shape
-            keep = (torch.rand(shape, dtype=x.dtype) >= p).to(x.dtype)
+            keep = (torch.rand(shape, dtype=torch.float64) >= p).to(x.dtype)
             return (x * keep / (1 - p), keep + torch.zeros_like(x)), (0, 0)
 
     return Entry(
