@@ -92,9 +92,15 @@ def enumerate_cases(data: EntryData) -> list[Case]:
     entry, options = data.entry, data.options
     cases: list[Case] = []
     samples: tuple[Sample, ...] | None = None
+    dtype_reason = ""
+    if entry.dtypes and options.dtype not in entry.dtypes:
+        declared = ", ".join(str(d).replace("torch.", "") for d in entry.dtypes)
+        dtype_reason = (
+            f"the entry declares dtypes {declared}, not {str(options.dtype).replace('torch.', '')}"
+        )
     for check in selected_checks(options):
         spec = get_check(check)
-        reason = spec.supported(entry)
+        reason = dtype_reason or spec.supported(entry)
         if reason:
             cases.append(
                 Case(case_id(entry.name, check), entry.name, check, None, "", None, reason)
