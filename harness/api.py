@@ -304,53 +304,52 @@ def choose_batch_sizes(
     return options.replace(batch_size_note=note, **changes)
 
 
+#: ``prepare`` keywords that configure the run rather than describe the Function.
+RUN_OPTIONS = frozenset(
+    {
+        "checks",
+        "batch_sizes",
+        "nested_batch_sizes",
+        "seed",
+        "dtype",
+        "device",
+        "tolerances",
+        "timeout_s",
+        "plan_cap",
+    }
+)
+
+
+def target_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """The keywords that describe the Function (name, gradient, capabilities), for a repro target."""
+    return {k: v for k, v in options.items() if k not in RUN_OPTIONS}
+
+
 def check(
     function: Any,
     samples: Any,
     *,
-    checks: Sequence[str] | None = None,
-    batch_sizes: Sequence[int] | None = None,
-    nested_batch_sizes: Sequence[int] | None = None,
-    seed: int = 0,
-    dtype: torch.dtype | str = torch.float32,
-    device: str = "cpu",
-    name: str | None = None,
-    gradient: str = GRADIENT_DERIVATIVE,
-    tolerances: Tolerances | None = None,
-    timeout_s: float | None = DEFAULT_TIMEOUT_S,
     target: Any = None,
     expectations: Any = None,
-    plan_cap: int = 16,
-    **capabilities: Any,
+    **options: Any,
 ) -> RunResult:
     """Run the checks on one Function in this process and return the results.
+
+    ``options`` are ``prepare``'s keywords: ``checks``, ``batch_sizes``,
+    ``nested_batch_sizes``, ``seed``, ``dtype``, ``device``, ``name``, ``gradient``
+    ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``, and
+    capabilities that override what is read from the class (``inplace_args=(0,)``,
+    ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
+    ``expectations`` is a path to an expectations file (or a parsed one).
 
     Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or
     ``timeout``); raises ``UsageError`` for bad input (samples that raise or are
     empty, a hazardous sample with fixed batch sizes, an unknown check).
-    ``capabilities`` override what is read from the class (``inplace_args=(0,)``,
-    ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
-    ``expectations`` is a path to an expectations file (or a parsed one).
     """
-    entry, options = prepare(
-        function,
-        samples,
-        checks=checks,
-        batch_sizes=batch_sizes,
-        nested_batch_sizes=nested_batch_sizes,
-        seed=seed,
-        dtype=dtype,
-        device=device,
-        name=name,
-        gradient=gradient,
-        tolerances=tolerances,
-        timeout_s=timeout_s,
-        plan_cap=plan_cap,
-        **capabilities,
-    )
+    entry, run_options = prepare(function, samples, **options)
     exps = _expectations(expectations)
     if target is None:
-        target = infer_target(function, samples, name=name, gradient=gradient, **capabilities)
+        target = infer_target(function, samples, **target_fields(options))
     started = time.time()
     results: list[CaseResult] = []
     select = None
@@ -363,9 +362,9 @@ def check(
                 results.append(skipped)
             return skipped is None
 
-    run_entries([entry], options, target=target, select=select, collect=results)
+    run_entries([entry], run_options, target=target, select=select, collect=results)
     result = RunResult(
-        results, run_metadata(options, started=started, source="user", target=str(target or ""))
+        results, run_metadata(run_options, started=started, source="user", target=str(target or ""))
     )
     if exps is not None:
         from .expectations import apply

@@ -1376,7 +1376,9 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
 ]
 
 
-def _with_fixed_rng(run: Callable[[CaseContext], str]) -> Callable[[CaseContext], str]:
+def _with_fixed_rng(
+    run: Callable[[CaseContext], str | None],
+) -> Callable[[CaseContext], str | None]:
     """For a random entry, every call of the Function draws the same numbers.
 
     The RNG is reseeded (from the seed and the case id) before each call, so the
@@ -1386,7 +1388,7 @@ def _with_fixed_rng(run: Callable[[CaseContext], str]) -> Callable[[CaseContext]
     the other modes.
     """
 
-    def run_fixed(ctx: CaseContext) -> str:
+    def run_fixed(ctx: CaseContext) -> str | None:
         if ctx.entry.caps.randomness:
             seed = derive_seed(ctx.options.seed, ctx.case_id, "rng")
             ctx.entry = dataclasses.replace(ctx.entry, op=seeded_call(ctx.entry.call, seed))

@@ -160,8 +160,15 @@ def write_reports(result: RunResult, args: argparse.Namespace) -> None:
             getattr(mod, fn)(result, path)
 
 
-def apply_expectations(result: RunResult, path: str | None) -> list[str]:
-    """Apply the expectations file to the results; return warnings (unmatched ids)."""
+def apply_expectations(
+    result: RunResult, path: str | None, known_entries: set[str] | None = None
+) -> list[str]:
+    """Apply the expectations file to the results; return warnings (unmatched ids).
+
+    An expectation is stale when it names an entry the source does not have
+    (``known_entries``), or an entry and check this run covered without a match;
+    entries and checks the selection left out say nothing about it.
+    """
     if not path:
         return []
     from . import expectations as ex
@@ -172,16 +179,17 @@ def apply_expectations(result: RunResult, path: str | None) -> list[str]:
         raise CliError(str(e)) from None
     for r in result.cases:
         ex.apply(exps, r)
-    # Only expectations about what this run covered can be stale: an entry or check
-    # left out by the selection (or unsupported at this dtype) says nothing about them.
     covered = {(c.entry, c.check) for c in result.cases if c.sample is not None}
-    entries = {e for e, _ in covered}
-    unmatched = [
-        e
-        for e in exps.unmatched([c.id for c in result.cases])
-        if (parts := e.id.split("/"))[0] in entries
-        and (len(parts) < 2 or (parts[0], parts[1]) in covered)
-    ]
+    ran = {e for e, _ in covered}
+    known = known_entries if known_entries is not None else {c.entry for c in result.cases}
+
+    def stale(exp_id: str) -> bool:
+        parts = exp_id.split("/")
+        if parts[0] not in known:
+            return True
+        return parts[0] in ran and (len(parts) < 2 or (parts[0], parts[1]) in covered)
+
+    unmatched = [e for e in exps.unmatched([c.id for c in result.cases]) if stale(e.id)]
     result.metadata["expectations"] = path
     result.metadata["unmatched_expectations"] = [e.id for e in unmatched]
     return [f"expectation {e.id!r} matches no case in this run" for e in unmatched]
@@ -317,11 +325,13 @@ def execute(
     source: str,
     target: Any = None,
     summary: Callable[[RunResult], None] | None = None,
+    known_entries: set[str] | None = None,
 ) -> RunResult:
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
     ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
-    ``summary`` replaces the default printed summary.
+    ``summary`` replaces the default printed summary; ``known_entries`` are all the
+    source's entry names (for telling a stale expectation from an unselected one).
     """
     from .metadata import run_metadata
     from .runner import run_entries
@@ -389,7 +399,8 @@ def execute(
     if hasattr(target, "to_dict"):
         result.metadata["target_spec"] = target.to_dict()
     result.metadata["interrupted"] = interrupted
-    for warning in apply_expectations(result, getattr(args, "expectations", None)):
+    warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     write_reports(result, args)
     (summary or print_summary)(result)
@@ -401,7 +412,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     options = options_from_args(args)
     check_output_paths(args)
-    entries = select_entries(load_source(args.source), args.names)
+    everything = load_source(args.source)
+    entries = select_entries(everything, args.names)
     options = options_for_source(args.source, entries, options)
     if args.no_expectations:
         args.expectations = None
@@ -411,7 +423,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.expectations = str(committed)
             if not args.quiet:
                 print(f"using the committed expectations {committed} (--no-expectations to ignore)")
-    result = execute(entries, options, args, source=args.source)
+    result = execute(
+        entries, options, args, source=args.source, known_entries={e.name for e in everything}
+    )
     if result.metadata.get("interrupted"):
         return 130
     return 0 if result.ok else 1

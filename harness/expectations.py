@@ -249,16 +249,9 @@ def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | No
     exp = should_skip(expectations, case.id)
     if exp is None:
         return None
-    return CaseResult(
-        id=case.id,
-        entry=case.entry,
-        check=case.check,
-        sample=case.sample_index,
-        sample_name=case.sample_name,
-        plan=case.plan.to_dict() if case.plan is not None else None,
-        status=SKIP,
-        message=f"skipped by expectation: {exp.reason}",
-    )
+    from .runner import case_record
+
+    return case_record(case, SKIP, f"skipped by expectation: {exp.reason}")
 
 
 def load_previous(path: str | Path) -> Expectations | None:

@@ -72,6 +72,7 @@ def pytest_command(workers: str, test_file: str, folder: str, max_restarts: int)
 def _crash_record(case: Any, folder: str, options: Options) -> CaseResult:
     """A ``crash`` (or watchdog ``timeout``) record for a case whose worker died."""
     from .isolation import DEFAULT_TIMEOUT_S, user_frame_from_dump
+    from .runner import case_record, options_dtype
 
     faults = ""
     for name in os.listdir(folder):
@@ -103,18 +104,7 @@ def _crash_record(case: Any, folder: str, options: Options) -> CaseResult:
             "the Function killed its process (os._exit, a signal, or an abort in native code "
             "without a Python stack); the run went on in a fresh worker"
         )
-    return CaseResult(
-        id=case.id,
-        entry=case.entry,
-        check=case.check,
-        sample=case.sample_index,
-        sample_name=case.sample_name,
-        plan=case.plan.to_dict() if case.plan is not None else None,
-        status=status,
-        message=message,
-        dtype=str(options.dtype).replace("torch.", ""),
-        repro="",
-    )
+    return case_record(case, status, message, dtype=options_dtype(options))
 
 
 def run_parallel(
@@ -129,7 +119,7 @@ def run_parallel(
     keep: bool = False,
 ) -> list[CaseResult]:
     """Run every case in pytest-xdist workers; results in case order, one per case."""
-    from .runner import EntryData, enumerate_cases, repro_command
+    from .runner import EntryData, enumerate_cases, repro_command, samples_error
 
     workers = str(workers)
     if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
@@ -140,18 +130,7 @@ def run_parallel(
         try:
             expected.extend(enumerate_cases(EntryData(entry, options)))
         except Exception as e:  # the same record run_entries gives
-            from .isolation import describe_exception
-
-            r = CaseResult(
-                id=f"{entry.name}/samples",
-                entry=entry.name,
-                check="samples",
-                sample=None,
-                sample_name="",
-                plan=None,
-                status=ERROR,
-                message=f"could not build the samples: {describe_exception(e)}",
-            )
+            r = samples_error(entry.name, e)
             early[r.id] = r
     runnable = [e for e in entries if f"{e.name}/samples" not in early]
     folder = tempfile.mkdtemp(prefix="afdb-run-")

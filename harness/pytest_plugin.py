@@ -134,7 +134,7 @@ def conformance_tests(
     """
 
     def factory() -> _Suite:
-        from .api import _expectations, function_class, infer_target, prepare
+        from .api import _expectations, function_class, infer_target, prepare, target_fields
 
         nonlocal samples
         if samples is None:
@@ -148,24 +148,8 @@ def conformance_tests(
                     f"{getattr(function, '__name__', function)} has no `samples` attribute; pass "
                     "conformance_tests(function, samples)"
                 )
-        caps = {
-            k: v
-            for k, v in options.items()
-            if k
-            not in (
-                "checks",
-                "batch_sizes",
-                "nested_batch_sizes",
-                "seed",
-                "dtype",
-                "device",
-                "tolerances",
-                "timeout_s",
-                "plan_cap",
-            )
-        }
         entry, opts = prepare(function, samples, **options)
-        target = infer_target(function, samples, **caps)
+        target = infer_target(function, samples, **target_fields(options))
         return _Suite([entry], opts, target=target, expectations=_expectations(expectations))
 
     return _parametrized(name, factory)

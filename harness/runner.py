@@ -12,6 +12,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from autograd_function_db.entry import Entry, Sample
 
@@ -148,21 +149,44 @@ def repro_command(case_id_: str, options: Options, target: object = None) -> str
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResult:
-    """Run one case; never raises. Leaked global state is reported and restored."""
-    options = data.options
-    spec = get_check(case.check)
-    result = CaseResult(
+def options_dtype(options: Options) -> str:
+    return str(options.dtype).replace("torch.", "")
+
+
+def case_record(case: Case, status: str, message: str = "", **fields: Any) -> CaseResult:
+    """A result record for ``case`` (every producer of records builds them here)."""
+    return CaseResult(
         id=case.id,
         entry=case.entry,
         check=case.check,
         sample=case.sample_index,
         sample_name=case.sample_name,
-        plan=case.plan.to_dict() if case.plan else None,
-        status=PASS,
-        reference=spec.reference,
-        dtype=str(options.dtype).replace("torch.", ""),
+        plan=case.plan.to_dict() if case.plan is not None else None,
+        status=status,
+        message=message,
+        **fields,
     )
+
+
+def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
+    """The record of an entry whose samples could not be built (no case of it can run)."""
+    return CaseResult(
+        id=f"{entry_name}/samples",
+        entry=entry_name,
+        check="samples",
+        sample=None,
+        sample_name="",
+        plan=None,
+        status=ERROR,
+        message=f"could not build the samples: {describe_exception(exc)}",
+    )
+
+
+def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResult:
+    """Run one case; never raises. Leaked global state is reported and restored."""
+    options = data.options
+    spec = get_check(case.check)
+    result = case_record(case, PASS, reference=spec.reference, dtype=options_dtype(options))
     if case.unsupported:
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result
@@ -235,16 +259,7 @@ def run_entries(
         try:
             cases = enumerate_cases(data)
         except Exception as e:
-            r = CaseResult(
-                id=f"{entry.name}/samples",
-                entry=entry.name,
-                check="samples",
-                sample=None,
-                sample_name="",
-                plan=None,
-                status=ERROR,
-                message=f"could not build the samples: {describe_exception(e)}",
-            )
+            r = samples_error(entry.name, e)
             results.append(r)
             if progress:
                 progress(r)
