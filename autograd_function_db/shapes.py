@@ -79,7 +79,7 @@ def _permute_rule(permute: Callable[[], type[torch.autograd.Function]]) -> type:
     return PermuteRule
 
 
-class NumpyPermute(_permute_rule(lambda: NumpyPermute), torch.autograd.Function):
+class NumpyPermute(_permute_rule(lambda: NumpyPermute), torch.autograd.Function):  # type: ignore[misc]
     """np.transpose(x, perm) (a copy): ``perm`` is a Python tuple."""
 
     @staticmethod
@@ -93,7 +93,7 @@ class NumpyPermute(_permute_rule(lambda: NumpyPermute), torch.autograd.Function)
         return NumpyPermute.apply(x, (0, *(wrap_dim(p, rank) + 1 for p in perm))), 0
 
 
-class PermuteGenerated(_permute_rule(lambda: PermuteGenerated), torch.autograd.Function):
+class PermuteGenerated(_permute_rule(lambda: PermuteGenerated), torch.autograd.Function):  # type: ignore[misc]
     generate_vmap_rule = True
 
     @staticmethod
