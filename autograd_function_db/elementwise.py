@@ -16,10 +16,8 @@ COMPLEX = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 # --- NumpyTanh / TanhGenerated: unary, saves its output ------------------------------------
 
 
-class NumpyTanh(torch.autograd.Function):
-    @staticmethod
-    def forward(x):
-        return from_numpy(np.tanh(to_numpy(x)), x)
+class _TanhRule:
+    """setup_context, backward and jvp of NumpyTanh and TanhGenerated (a mixin, not a Function)."""
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -35,33 +33,24 @@ class NumpyTanh(torch.autograd.Function):
     def jvp(ctx, x_t):
         (y,) = ctx.saved_tensors
         return x_t * (1 - y * y)
+
+
+class NumpyTanh(_TanhRule, torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return from_numpy(np.tanh(to_numpy(x)), x)
 
     @staticmethod
     def vmap(info, in_dims, x):
         return NumpyTanh.apply(x), in_dims[0]
 
 
-class TanhGenerated(torch.autograd.Function):
+class TanhGenerated(_TanhRule, torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
         return torch.tanh(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return grad * (1 - y * y)
-
-    @staticmethod
-    def jvp(ctx, x_t):
-        (y,) = ctx.saved_tensors
-        return x_t * (1 - y * y)
 
 
 def unary_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
@@ -120,47 +109,39 @@ def axpby_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
 # --- Frac: (x - floor(x), floor(x)); floor is a non-differentiable float output ------------
 
 
-class Frac(torch.autograd.Function):
+class _FracRule:
+    """setup_context, backward and jvp of Frac and NumpyFrac (a mixin, not a Function)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad, _grad_whole):
+        return grad
+
+    @staticmethod
+    def jvp(ctx, x_t):
+        return x_t, None
+
+
+class Frac(_FracRule, torch.autograd.Function):
     @staticmethod
     def forward(x):
         whole = torch.floor(x)
         return x - whole, whole
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.mark_non_differentiable(output[1])
-
-    @staticmethod
-    def backward(ctx, grad, _grad_whole):
-        return grad
-
-    @staticmethod
-    def jvp(ctx, x_t):
-        return x_t, None
-
-    @staticmethod
     def vmap(info, in_dims, x):
         return Frac.apply(x), (in_dims[0], in_dims[0])
 
 
-class NumpyFrac(torch.autograd.Function):
+class NumpyFrac(_FracRule, torch.autograd.Function):
     @staticmethod
     def forward(x):
         xn = to_numpy(x)
         whole = np.floor(xn)
         return from_numpy(xn - whole, x), from_numpy(whole, x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.mark_non_differentiable(output[1])
-
-    @staticmethod
-    def backward(ctx, grad, _grad_whole):
-        return grad
-
-    @staticmethod
-    def jvp(ctx, x_t):
-        return x_t, None
 
     @staticmethod
     def vmap(info, in_dims, x):

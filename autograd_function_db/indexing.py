@@ -159,36 +159,33 @@ def index_select_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sam
 # --- TopK: values and non-differentiable int64 indices ------------------------------------
 
 
-def _topk_backward(ctx, grad, _grad_idx):
-    (idx,) = ctx.saved_tensors
-    return grad.new_zeros(ctx.shape).scatter(ctx.dim, idx, grad), None, None
+class _TopKRule:
+    """setup_context, backward and jvp of TopK and NumpyTopK (a mixin, not a Function)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, _, dim = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(output[1])
+        ctx.save_for_forward(output[1])
+        ctx.shape, ctx.dim = x.shape, dim
+
+    @staticmethod
+    def backward(ctx, grad, _grad_idx):
+        (idx,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.shape).scatter(ctx.dim, idx, grad), None, None
+
+    @staticmethod
+    def jvp(ctx, x_t, _k, _dim):
+        (idx,) = ctx.saved_tensors
+        return torch.gather(x_t, ctx.dim, idx), None
 
 
-def _topk_jvp(ctx, x_t):
-    (idx,) = ctx.saved_tensors
-    return torch.gather(x_t, ctx.dim, idx), None
-
-
-def _topk_setup(ctx, inputs, output):
-    x, _, dim = inputs
-    ctx.mark_non_differentiable(output[1])
-    ctx.save_for_backward(output[1])
-    ctx.save_for_forward(output[1])
-    ctx.shape, ctx.dim = x.shape, dim
-
-
-class TopK(torch.autograd.Function):
+class TopK(_TopKRule, torch.autograd.Function):
     @staticmethod
     def forward(x, k, dim):
         values, idx = torch.topk(x, k, dim, largest=True, sorted=True)
         return values, idx
-
-    setup_context = staticmethod(_topk_setup)
-    backward = staticmethod(_topk_backward)
-
-    @staticmethod
-    def jvp(ctx, x_t, _k, _dim):
-        return _topk_jvp(ctx, x_t)
 
     @staticmethod
     def vmap(info, in_dims, x, k, dim):
@@ -196,7 +193,7 @@ class TopK(torch.autograd.Function):
         return TopK.apply(x, k, wrap_dim(dim, x.dim() - 1) + 1), (0, 0)
 
 
-class NumpyTopK(torch.autograd.Function):
+class NumpyTopK(_TopKRule, torch.autograd.Function):
     @staticmethod
     def forward(x, k, dim):
         xn = to_numpy(x)
@@ -204,13 +201,6 @@ class NumpyTopK(torch.autograd.Function):
         idx = np.take(idx, np.arange(k), axis=dim)
         values = np.take_along_axis(xn, idx, axis=dim)
         return from_numpy(values, x), from_numpy(idx.astype(np.int64), x)
-
-    setup_context = staticmethod(_topk_setup)
-    backward = staticmethod(_topk_backward)
-
-    @staticmethod
-    def jvp(ctx, x_t, _k, _dim):
-        return _topk_jvp(ctx, x_t)
 
     @staticmethod
     def vmap(info, in_dims, x, k, dim):

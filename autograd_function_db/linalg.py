@@ -22,10 +22,8 @@ def _matmul_backward(ctx, grad, a, b):
     return ga, gb
 
 
-class MatMul(torch.autograd.Function):
-    @staticmethod
-    def forward(a, b):
-        return a @ b
+class _MatMulRule:
+    """setup_context, backward and jvp of MatMul, NumpyMatMul and MatMulGenerated (a mixin)."""
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -40,56 +38,34 @@ class MatMul(torch.autograd.Function):
     def jvp(ctx, a_t, b_t):
         a, b = ctx.saved_tensors
         return a_t @ b + a @ b_t
+
+
+class MatMul(_MatMulRule, torch.autograd.Function):
+    @staticmethod
+    def forward(a, b):
+        return a @ b
 
     @staticmethod
     def vmap(info, in_dims, a, b):
         return MatMul.apply(*broadcast_front((a, b), in_dims)), 0
 
 
-class NumpyMatMul(torch.autograd.Function):
+class NumpyMatMul(_MatMulRule, torch.autograd.Function):
     @staticmethod
     def forward(a, b):
         return from_numpy(np.matmul(to_numpy(a), to_numpy(b)), a)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-        ctx.save_for_forward(*inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _matmul_backward(ctx, grad, *ctx.saved_tensors)
-
-    @staticmethod
-    def jvp(ctx, a_t, b_t):
-        a, b = ctx.saved_tensors
-        return a_t @ b + a @ b_t
 
     @staticmethod
     def vmap(info, in_dims, a, b):
         return NumpyMatMul.apply(*broadcast_front((a, b), in_dims)), 0
 
 
-class MatMulGenerated(torch.autograd.Function):
+class MatMulGenerated(_MatMulRule, torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(a, b):
         return a @ b
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-        ctx.save_for_forward(*inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _matmul_backward(ctx, grad, *ctx.saved_tensors)
-
-    @staticmethod
-    def jvp(ctx, a_t, b_t):
-        a, b = ctx.saved_tensors
-        return a_t @ b + a @ b_t
 
 
 def matmul_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
@@ -171,49 +147,40 @@ def _cholesky_jvp(L: torch.Tensor, a_t: torch.Tensor) -> torch.Tensor:
     return L @ _phi(x)
 
 
-class NumpyCholesky(torch.autograd.Function):
+class _CholeskyRule:
+    """setup_context, backward and jvp of NumpyCholesky and CholeskyGenerated (a mixin)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _cholesky_backward(ctx.saved_tensors[0], grad)
+
+    @staticmethod
+    def jvp(ctx, a_t):
+        return _cholesky_jvp(ctx.saved_tensors[0], a_t)
+
+
+class NumpyCholesky(_CholeskyRule, torch.autograd.Function):
     @staticmethod
     def forward(a):
         an = to_numpy(a)
         return from_numpy(np.linalg.cholesky((an + np.swapaxes(an, -1, -2)) / 2), a)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _cholesky_backward(ctx.saved_tensors[0], grad)
-
-    @staticmethod
-    def jvp(ctx, a_t):
-        return _cholesky_jvp(ctx.saved_tensors[0], a_t)
-
-    @staticmethod
     def vmap(info, in_dims, a):
         return NumpyCholesky.apply(a.movedim(in_dims[0], 0)), 0
 
 
-class CholeskyGenerated(torch.autograd.Function):
+class CholeskyGenerated(_CholeskyRule, torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(a):
         return torch.linalg.cholesky(_sym(a))
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _cholesky_backward(ctx.saved_tensors[0], grad)
-
-    @staticmethod
-    def jvp(ctx, a_t):
-        return _cholesky_jvp(ctx.saved_tensors[0], a_t)
 
 
 def spd_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:

@@ -9,6 +9,7 @@ the same thing in torch with ``generate_vmap_rule = True``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,26 @@ def move_bdim_to_front(t: torch.Tensor, bdim: int | None, batch_size: int) -> to
 # --- NumpyCube: two outputs, backward uses both incoming gradients -----------------------
 
 
-class NumpyCube(torch.autograd.Function):
+class _CubeRule:
+    """setup_context, backward and jvp of NumpyCube and CubeGenerated (a mixin, not a Function)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], output[1])
+        ctx.save_for_forward(inputs[0], output[1])
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_dx):
+        x, dx = ctx.saved_tensors
+        return grad_out * dx + grad_dx * 6 * x
+
+    @staticmethod
+    def jvp(ctx, x_t):
+        x, dx = ctx.saved_tensors
+        return x_t * dx, 6 * x * x_t
+
+
+class NumpyCube(_CubeRule, torch.autograd.Function):
     """x -> (x**3, 3*x**2), computed in numpy."""
 
     @staticmethod
@@ -45,47 +65,17 @@ class NumpyCube(torch.autograd.Function):
         return from_numpy(xn**3, x), from_numpy(3 * xn**2, x)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0], output[1])
-        ctx.save_for_forward(inputs[0], output[1])
-
-    @staticmethod
-    def backward(ctx, grad_out, grad_dx):
-        x, dx = ctx.saved_tensors
-        return grad_out * dx + grad_dx * 6 * x
-
-    @staticmethod
-    def jvp(ctx, x_t):
-        x, dx = ctx.saved_tensors
-        return x_t * dx, 6 * x * x_t
-
-    @staticmethod
     def vmap(info, in_dims, x):
         out, dx = NumpyCube.apply(x)
         return (out, dx), (in_dims[0], in_dims[0])
 
 
-class CubeGenerated(torch.autograd.Function):
+class CubeGenerated(_CubeRule, torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
         return x**3, 3 * x**2
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0], output[1])
-        ctx.save_for_forward(inputs[0], output[1])
-
-    @staticmethod
-    def backward(ctx, grad_out, grad_dx):
-        x, dx = ctx.saved_tensors
-        return grad_out * dx + grad_dx * 6 * x
-
-    @staticmethod
-    def jvp(ctx, x_t):
-        x, dx = ctx.saved_tensors
-        return x_t * dx, 6 * x * x_t
 
 
 def unary_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
@@ -105,12 +95,9 @@ def _reduce_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return grad.sum_to_size(shape) if grad.shape != shape else grad
 
 
-class NumpyMul(torch.autograd.Function):
-    """x * y with numpy broadcasting."""
-
-    @staticmethod
-    def forward(x, y):
-        return from_numpy(to_numpy(x) * to_numpy(y), x)
+class _MulRule:
+    """setup_context and jvp of NumpyMul and MulGenerated (their backwards differ: only
+    NumpyMul reads ``ctx.needs_input_grad``)."""
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -118,16 +105,24 @@ class NumpyMul(torch.autograd.Function):
         ctx.save_for_forward(*inputs)
 
     @staticmethod
+    def jvp(ctx, x_t, y_t):
+        x, y = ctx.saved_tensors
+        return x_t * y + x * y_t
+
+
+class NumpyMul(_MulRule, torch.autograd.Function):
+    """x * y with numpy broadcasting."""
+
+    @staticmethod
+    def forward(x, y):
+        return from_numpy(to_numpy(x) * to_numpy(y), x)
+
+    @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
         gx = _reduce_to(grad * y, x.shape) if ctx.needs_input_grad[0] else None
         gy = _reduce_to(grad * x, y.shape) if ctx.needs_input_grad[1] else None
         return gx, gy
-
-    @staticmethod
-    def jvp(ctx, x_t, y_t):
-        x, y = ctx.saved_tensors
-        return x_t * y + x * y_t
 
     @staticmethod
     def vmap(info, in_dims, x, y):
@@ -151,7 +146,7 @@ class NumpyMul(torch.autograd.Function):
         return NumpyMul.apply(x, y), 0
 
 
-class MulGenerated(torch.autograd.Function):
+class MulGenerated(_MulRule, torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
@@ -159,19 +154,9 @@ class MulGenerated(torch.autograd.Function):
         return x * y
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-        ctx.save_for_forward(*inputs)
-
-    @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
         return _reduce_to(grad * y, x.shape), _reduce_to(grad * x, y.shape)
-
-    @staticmethod
-    def jvp(ctx, x_t, y_t):
-        x, y = ctx.saved_tensors
-        return x_t * y + x * y_t
 
 
 def binary_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
@@ -228,29 +213,64 @@ class NumpyExp_(torch.autograd.Function):
 # --- NumpySort and NumpyTake: integer outputs and integer index inputs ------------------
 
 
-class NumpyTake(torch.autograd.Function):
+def _take_rule(take: Callable[[], type[torch.autograd.Function]]) -> type:
+    """setup_context, backward and jvp of a take-along-axis Function; ``take()`` is the
+    Function they apply (the Function itself: NumpyTake or TakeGenerated)."""
+
+    class TakeRule:
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, ind, ind_inv, dim = inputs
+            ctx.save_for_backward(ind, ind_inv)
+            ctx.save_for_forward(ind, ind_inv)
+            ctx.dim = dim
+
+        @staticmethod
+        def backward(ctx, grad):
+            ind, ind_inv = ctx.saved_tensors
+            return take().apply(grad, ind_inv, ind, ctx.dim), None, None, None
+
+        @staticmethod
+        def jvp(ctx, x_t, ind_t, ind_inv_t, _):
+            ind, ind_inv = ctx.saved_tensors
+            return take().apply(x_t, ind, ind_inv, ctx.dim)
+
+    return TakeRule
+
+
+def _sort_rule(take: Callable[[], type[torch.autograd.Function]]) -> type:
+    """setup_context, backward and jvp of a sort Function, whose gradients go through the
+    take-along-axis Function ``take()`` (NumpyTake for NumpySort, TakeGenerated for SortGenerated)."""
+
+    class SortRule:
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, dim = inputs
+            _, ind, ind_inv = output
+            ctx.mark_non_differentiable(ind, ind_inv)
+            ctx.save_for_backward(ind, ind_inv)
+            ctx.save_for_forward(ind, ind_inv)
+            ctx.dim = dim
+
+        @staticmethod
+        def backward(ctx, grad, _grad_ind, _grad_ind_inv):
+            ind, ind_inv = ctx.saved_tensors
+            return take().apply(grad, ind_inv, ind, ctx.dim), None
+
+        @staticmethod
+        def jvp(ctx, x_t, _):
+            ind, ind_inv = ctx.saved_tensors
+            return take().apply(x_t, ind, ind_inv, ctx.dim), None, None
+
+    return SortRule
+
+
+class NumpyTake(_take_rule(lambda: NumpyTake), torch.autograd.Function):  # type: ignore[misc]
     """take_along_axis(x, ind, dim); ``ind_inv`` is the inverse permutation, used by backward."""
 
     @staticmethod
     def forward(x, ind, ind_inv, dim):
         return from_numpy(np.take_along_axis(to_numpy(x), to_numpy(ind), dim), x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, ind, ind_inv, dim = inputs
-        ctx.save_for_backward(ind, ind_inv)
-        ctx.save_for_forward(ind, ind_inv)
-        ctx.dim = dim
-
-    @staticmethod
-    def backward(ctx, grad):
-        ind, ind_inv = ctx.saved_tensors
-        return NumpyTake.apply(grad, ind_inv, ind, ctx.dim), None, None, None
-
-    @staticmethod
-    def jvp(ctx, x_t, ind_t, ind_inv_t, _):
-        ind, ind_inv = ctx.saved_tensors
-        return NumpyTake.apply(x_t, ind, ind_inv, ctx.dim)
 
     @staticmethod
     def vmap(info, in_dims, x, ind, ind_inv, dim):
@@ -263,7 +283,7 @@ class NumpyTake(torch.autograd.Function):
         return NumpyTake.apply(x, ind, ind_inv, dim + 1), 0
 
 
-class NumpySort(torch.autograd.Function):
+class NumpySort(_sort_rule(lambda: NumpyTake), torch.autograd.Function):  # type: ignore[misc]
     """Sort along ``dim``: (values, indices, inverse indices); the indices are not differentiable."""
 
     @staticmethod
@@ -275,25 +295,6 @@ class NumpySort(torch.autograd.Function):
         return from_numpy(values, x), from_numpy(ind, x), from_numpy(ind_inv, x)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, dim = inputs
-        _, ind, ind_inv = output
-        ctx.mark_non_differentiable(ind, ind_inv)
-        ctx.save_for_backward(ind, ind_inv)
-        ctx.save_for_forward(ind, ind_inv)
-        ctx.dim = dim
-
-    @staticmethod
-    def backward(ctx, grad, _grad_ind, _grad_ind_inv):
-        ind, ind_inv = ctx.saved_tensors
-        return NumpyTake.apply(grad, ind_inv, ind, ctx.dim), None
-
-    @staticmethod
-    def jvp(ctx, x_t, _):
-        ind, ind_inv = ctx.saved_tensors
-        return NumpyTake.apply(x_t, ind, ind_inv, ctx.dim), None, None
-
-    @staticmethod
     def vmap(info, in_dims, x, dim):
         x_bdim, _ = in_dims
         rank = x.dim() - 1
@@ -302,32 +303,15 @@ class NumpySort(torch.autograd.Function):
         return NumpySort.apply(x, dim + 1), (0, 0, 0)
 
 
-class TakeGenerated(torch.autograd.Function):
+class TakeGenerated(_take_rule(lambda: TakeGenerated), torch.autograd.Function):  # type: ignore[misc]
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, ind, ind_inv, dim):
         return torch.take_along_dim(x, ind, dim)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, ind, ind_inv, dim = inputs
-        ctx.save_for_backward(ind, ind_inv)
-        ctx.save_for_forward(ind, ind_inv)
-        ctx.dim = dim
 
-    @staticmethod
-    def backward(ctx, grad):
-        ind, ind_inv = ctx.saved_tensors
-        return TakeGenerated.apply(grad, ind_inv, ind, ctx.dim), None, None, None
-
-    @staticmethod
-    def jvp(ctx, x_t, ind_t, ind_inv_t, _):
-        ind, ind_inv = ctx.saved_tensors
-        return TakeGenerated.apply(x_t, ind, ind_inv, ctx.dim)
-
-
-class SortGenerated(torch.autograd.Function):
+class SortGenerated(_sort_rule(lambda: TakeGenerated), torch.autograd.Function):  # type: ignore[misc]
     generate_vmap_rule = True
 
     @staticmethod
@@ -335,25 +319,6 @@ class SortGenerated(torch.autograd.Function):
         values, ind = torch.sort(x, dim=dim, stable=True)
         ind_inv = torch.argsort(ind, dim=dim, stable=True)
         return values, ind, ind_inv
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, dim = inputs
-        _, ind, ind_inv = output
-        ctx.mark_non_differentiable(ind, ind_inv)
-        ctx.save_for_backward(ind, ind_inv)
-        ctx.save_for_forward(ind, ind_inv)
-        ctx.dim = dim
-
-    @staticmethod
-    def backward(ctx, grad, _grad_ind, _grad_ind_inv):
-        ind, ind_inv = ctx.saved_tensors
-        return TakeGenerated.apply(grad, ind_inv, ind, ctx.dim), None
-
-    @staticmethod
-    def jvp(ctx, x_t, _):
-        ind, ind_inv = ctx.saved_tensors
-        return TakeGenerated.apply(x_t, ind, ind_inv, ctx.dim), None, None
 
 
 def sort_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
@@ -384,27 +349,35 @@ def take_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
 # --- Select: a Python int index ----------------------------------------------------------
 
 
-class Select(torch.autograd.Function):
+def _select_rule(select: Callable[[], type[torch.autograd.Function]]) -> type:
+    """setup_context, backward and jvp of Select and SelectGenerated; jvp applies ``select()``,
+    the Function itself."""
+
+    class SelectRule:
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, idx = inputs
+            ctx.x_shape = x.shape
+            ctx.idx = idx
+
+        @staticmethod
+        def backward(ctx, grad):
+            zeros = grad.new_zeros(ctx.x_shape)
+            return zeros.select_scatter(grad, 0, ctx.idx), None
+
+        @staticmethod
+        def jvp(ctx, x_t, _):
+            return select().apply(x_t, ctx.idx)
+
+    return SelectRule
+
+
+class Select(_select_rule(lambda: Select), torch.autograd.Function):  # type: ignore[misc]
     """x[idx] for a Python int idx (a copy, not a view)."""
 
     @staticmethod
     def forward(x, idx):
         return x[idx].clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, idx = inputs
-        ctx.x_shape = x.shape
-        ctx.idx = idx
-
-    @staticmethod
-    def backward(ctx, grad):
-        zeros = grad.new_zeros(ctx.x_shape)
-        return zeros.select_scatter(grad, 0, ctx.idx), None
-
-    @staticmethod
-    def jvp(ctx, x_t, _):
-        return Select.apply(x_t, ctx.idx)
 
     @staticmethod
     def vmap(info, in_dims, x, idx):
@@ -413,26 +386,12 @@ class Select(torch.autograd.Function):
         return x[:, idx].clone(), 0
 
 
-class SelectGenerated(torch.autograd.Function):
+class SelectGenerated(_select_rule(lambda: SelectGenerated), torch.autograd.Function):  # type: ignore[misc]
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, idx):
         return x[idx].clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, idx = inputs
-        ctx.x_shape = x.shape
-        ctx.idx = idx
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.new_zeros(ctx.x_shape).select_scatter(grad, 0, ctx.idx), None
-
-    @staticmethod
-    def jvp(ctx, x_t, _):
-        return SelectGenerated.apply(x_t, ctx.idx)
 
 
 def select_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:

@@ -65,7 +65,30 @@ def reduce_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
 # --- NumpyLogSumExp / LogSumExpGenerated: saves input and output ---------------------------
 
 
-class NumpyLogSumExp(torch.autograd.Function):
+class _LogSumExpRule:
+    """setup_context, backward and jvp of NumpyLogSumExp and LogSumExpGenerated (a mixin)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, dim, keepdim = inputs
+        ctx.save_for_backward(x, output)
+        ctx.save_for_forward(x, output)
+        ctx.dim, ctx.keepdim = wrap_dim(dim, x.dim()), keepdim
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, out = ctx.saved_tensors
+        d, k = ctx.dim, ctx.keepdim
+        return _unsqueeze_like(grad, d, k) * torch.exp(x - _unsqueeze_like(out, d, k)), None, None
+
+    @staticmethod
+    def jvp(ctx, x_t, _dim, _keepdim):
+        x, out = ctx.saved_tensors
+        weights = torch.exp(x - _unsqueeze_like(out, ctx.dim, ctx.keepdim))
+        return (x_t * weights).sum(ctx.dim, keepdim=ctx.keepdim)
+
+
+class NumpyLogSumExp(_LogSumExpRule, torch.autograd.Function):
     @staticmethod
     def forward(x, dim, keepdim):
         xn = to_numpy(x)
@@ -74,55 +97,17 @@ class NumpyLogSumExp(torch.autograd.Function):
         return from_numpy(out if keepdim else np.squeeze(out, axis=dim), x)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, dim, keepdim = inputs
-        ctx.save_for_backward(x, output)
-        ctx.save_for_forward(x, output)
-        ctx.dim, ctx.keepdim = wrap_dim(dim, x.dim()), keepdim
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, out = ctx.saved_tensors
-        d, k = ctx.dim, ctx.keepdim
-        return _unsqueeze_like(grad, d, k) * torch.exp(x - _unsqueeze_like(out, d, k)), None, None
-
-    @staticmethod
-    def jvp(ctx, x_t, _dim, _keepdim):
-        x, out = ctx.saved_tensors
-        weights = torch.exp(x - _unsqueeze_like(out, ctx.dim, ctx.keepdim))
-        return (x_t * weights).sum(ctx.dim, keepdim=ctx.keepdim)
-
-    @staticmethod
     def vmap(info, in_dims, x, dim, keepdim):
         x, dim = _rule_dim(x, in_dims[0], dim)
         return NumpyLogSumExp.apply(x, dim, keepdim), 0
 
 
-class LogSumExpGenerated(torch.autograd.Function):
+class LogSumExpGenerated(_LogSumExpRule, torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, dim, keepdim):
         return torch.logsumexp(x, dim, keepdim=keepdim)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, dim, keepdim = inputs
-        ctx.save_for_backward(x, output)
-        ctx.save_for_forward(x, output)
-        ctx.dim, ctx.keepdim = wrap_dim(dim, x.dim()), keepdim
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, out = ctx.saved_tensors
-        d, k = ctx.dim, ctx.keepdim
-        return _unsqueeze_like(grad, d, k) * torch.exp(x - _unsqueeze_like(out, d, k)), None, None
-
-    @staticmethod
-    def jvp(ctx, x_t, _dim, _keepdim):
-        x, out = ctx.saved_tensors
-        weights = torch.exp(x - _unsqueeze_like(out, ctx.dim, ctx.keepdim))
-        return (x_t * weights).sum(ctx.dim, keepdim=ctx.keepdim)
 
 
 def lse_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
@@ -137,7 +122,33 @@ def lse_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
 # --- NumpyMax / MaxGenerated: values and non-differentiable int64 indices ------------------
 
 
-class NumpyMax(torch.autograd.Function):
+class _MaxRule:
+    """setup_context, backward and jvp of NumpyMax and MaxGenerated (a mixin)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, dim, keepdim = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(output[1])
+        ctx.save_for_forward(output[1])
+        ctx.shape, ctx.dim, ctx.keepdim = x.shape, wrap_dim(dim, x.dim()), keepdim
+
+    @staticmethod
+    def backward(ctx, grad, _grad_idx):
+        (idx,) = ctx.saved_tensors
+        d, k = ctx.dim, ctx.keepdim
+        g = _unsqueeze_like(grad, d, k)
+        return g.new_zeros(ctx.shape).scatter(d, _unsqueeze_like(idx, d, k), g), None, None
+
+    @staticmethod
+    def jvp(ctx, x_t, _dim, _keepdim):
+        (idx,) = ctx.saved_tensors
+        d, k = ctx.dim, ctx.keepdim
+        out = torch.take_along_dim(x_t, _unsqueeze_like(idx, d, k), d)
+        return (out if k else out.squeeze(d)), None
+
+
+class NumpyMax(_MaxRule, torch.autograd.Function):
     @staticmethod
     def forward(x, dim, keepdim):
         xn = to_numpy(x)
@@ -148,62 +159,18 @@ class NumpyMax(torch.autograd.Function):
         return from_numpy(values, x), from_numpy(idx.astype(np.int64), x)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, dim, keepdim = inputs
-        ctx.mark_non_differentiable(output[1])
-        ctx.save_for_backward(output[1])
-        ctx.save_for_forward(output[1])
-        ctx.shape, ctx.dim, ctx.keepdim = x.shape, wrap_dim(dim, x.dim()), keepdim
-
-    @staticmethod
-    def backward(ctx, grad, _grad_idx):
-        (idx,) = ctx.saved_tensors
-        d, k = ctx.dim, ctx.keepdim
-        g = _unsqueeze_like(grad, d, k)
-        return g.new_zeros(ctx.shape).scatter(d, _unsqueeze_like(idx, d, k), g), None, None
-
-    @staticmethod
-    def jvp(ctx, x_t, _dim, _keepdim):
-        (idx,) = ctx.saved_tensors
-        d, k = ctx.dim, ctx.keepdim
-        out = torch.take_along_dim(x_t, _unsqueeze_like(idx, d, k), d)
-        return (out if k else out.squeeze(d)), None
-
-    @staticmethod
     def vmap(info, in_dims, x, dim, keepdim):
         x, dim = _rule_dim(x, in_dims[0], dim)
         return NumpyMax.apply(x, dim, keepdim), (0, 0)
 
 
-class MaxGenerated(torch.autograd.Function):
+class MaxGenerated(_MaxRule, torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, dim, keepdim):
         values, idx = torch.max(x, dim, keepdim=keepdim)
         return values, idx
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, dim, keepdim = inputs
-        ctx.mark_non_differentiable(output[1])
-        ctx.save_for_backward(output[1])
-        ctx.save_for_forward(output[1])
-        ctx.shape, ctx.dim, ctx.keepdim = x.shape, wrap_dim(dim, x.dim()), keepdim
-
-    @staticmethod
-    def backward(ctx, grad, _grad_idx):
-        (idx,) = ctx.saved_tensors
-        d, k = ctx.dim, ctx.keepdim
-        g = _unsqueeze_like(grad, d, k)
-        return g.new_zeros(ctx.shape).scatter(d, _unsqueeze_like(idx, d, k), g), None, None
-
-    @staticmethod
-    def jvp(ctx, x_t, _dim, _keepdim):
-        (idx,) = ctx.saved_tensors
-        d, k = ctx.dim, ctx.keepdim
-        out = torch.take_along_dim(x_t, _unsqueeze_like(idx, d, k), d)
-        return (out if k else out.squeeze(d)), None
 
 
 def max_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:

@@ -3,6 +3,8 @@ transpose, and outputs that are inputs returned as-is."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -57,24 +59,32 @@ def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(inv)
 
 
-class NumpyPermute(torch.autograd.Function):
+def _permute_rule(permute: Callable[[], type[torch.autograd.Function]]) -> type:
+    """setup_context, backward and jvp of NumpyPermute and PermuteGenerated; backward and jvp
+    apply ``permute()``, the Function itself."""
+
+    class PermuteRule:
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.perm = tuple(wrap_dim(p, inputs[0].dim()) for p in inputs[1])
+
+        @staticmethod
+        def backward(ctx, grad):
+            return permute().apply(grad, _inverse(ctx.perm)), None
+
+        @staticmethod
+        def jvp(ctx, x_t, _perm):
+            return permute().apply(x_t, ctx.perm)
+
+    return PermuteRule
+
+
+class NumpyPermute(_permute_rule(lambda: NumpyPermute), torch.autograd.Function):  # type: ignore[misc]
     """np.transpose(x, perm) (a copy): ``perm`` is a Python tuple."""
 
     @staticmethod
     def forward(x, perm):
         return from_numpy(np.transpose(to_numpy(x), perm), x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.perm = tuple(wrap_dim(p, inputs[0].dim()) for p in inputs[1])
-
-    @staticmethod
-    def backward(ctx, grad):
-        return NumpyPermute.apply(grad, _inverse(ctx.perm)), None
-
-    @staticmethod
-    def jvp(ctx, x_t, _perm):
-        return NumpyPermute.apply(x_t, ctx.perm)
 
     @staticmethod
     def vmap(info, in_dims, x, perm):
@@ -83,24 +93,12 @@ class NumpyPermute(torch.autograd.Function):
         return NumpyPermute.apply(x, (0, *(wrap_dim(p, rank) + 1 for p in perm))), 0
 
 
-class PermuteGenerated(torch.autograd.Function):
+class PermuteGenerated(_permute_rule(lambda: PermuteGenerated), torch.autograd.Function):  # type: ignore[misc]
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, perm):
         return x.permute(perm).clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.perm = tuple(wrap_dim(p, inputs[0].dim()) for p in inputs[1])
-
-    @staticmethod
-    def backward(ctx, grad):
-        return PermuteGenerated.apply(grad, _inverse(ctx.perm)), None
-
-    @staticmethod
-    def jvp(ctx, x_t, _perm):
-        return PermuteGenerated.apply(x_t, ctx.perm)
 
 
 def permute_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:

@@ -34,12 +34,9 @@ def binary(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
 # --- a correct reference Function: sin with backward, jvp and a generated vmap rule ---------
 
 
-class Sin(torch.autograd.Function):
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x)
+class SinRule:
+    """setup_context, backward and jvp of sin, shared by the correct sin Functions below (a
+    mixin, not a Function: Sin has a generated vmap rule, NumpySin its own, SinNoVmap none)."""
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -55,6 +52,14 @@ class Sin(torch.autograd.Function):
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
         return x_t * torch.cos(x)
+
+
+class Sin(SinRule, torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
 
 
 # 1. backward scaled by a constant ---------------------------------------------------------
@@ -321,27 +326,12 @@ class ContiguousOnlyBackward(Sin):
 # 13. a vmap rule that computes outside autograd (numpy), bypassing the Function ---------------
 
 
-class NumpySin(torch.autograd.Function):
+class NumpySin(SinRule, torch.autograd.Function):
     """sin through numpy; the vmap rule calls the Function again on the batched tensor."""
 
     @staticmethod
     def forward(x):
         return torch.as_tensor(np.sin(x.detach().cpu().numpy()))
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.save_for_forward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * torch.cos(x)
-
-    @staticmethod
-    def jvp(ctx, x_t):
-        (x,) = ctx.saved_tensors
-        return x_t * torch.cos(x)
 
     @staticmethod
     def vmap(info, in_dims, x):
@@ -375,25 +365,10 @@ class SinNoJvp(torch.autograd.Function):
         return grad * torch.cos(x)
 
 
-class SinNoVmap(torch.autograd.Function):
+class SinNoVmap(SinRule, torch.autograd.Function):
     @staticmethod
     def forward(x):
         return torch.sin(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.save_for_forward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * torch.cos(x)
-
-    @staticmethod
-    def jvp(ctx, x_t):
-        (x,) = ctx.saved_tensors
-        return x_t * torch.cos(x)
 
 
 class LegacySin(torch.autograd.Function):
