@@ -86,6 +86,23 @@ class Capabilities:
     randomness: bool = False
     once_differentiable: bool = False
 
+    def describe(self) -> list[str]:
+        """Short phrases for what the Function claims (``afdb list``, ``afdb check``)."""
+        vmap = {VMAP_RULE: "vmap rule", VMAP_GENERATED: "generated vmap rule"}
+        parts = [vmap.get(self.vmap, "no vmap")]
+        parts += [n for n, on in (("jvp", self.jvp), ("backward", self.backward)) if on]
+        if self.backward and not self.double_backward:
+            parts.append("no double backward")
+        if not self.setup_context:
+            parts.append("legacy forward(ctx, ...)")
+        if self.inplace_args:
+            parts.append(f"in-place args {list(self.inplace_args)}")
+        if self.nondiff_outputs:
+            parts.append(f"non-differentiable outputs {list(self.nondiff_outputs)}")
+        if self.randomness:
+            parts.append("random (honours info.randomness)")
+        return parts
+
     @classmethod
     def from_function(cls, function: type, **overrides: Any) -> Capabilities:
         """Read the capabilities a Function class declares by what it overrides."""

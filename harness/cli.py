@@ -269,26 +269,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{axis:<34} {len(names):>3}  {', '.join(names)}")
         return 0
     for e in entries:
-        c = e.caps
-        caps = [f"vmap={c.vmap}"]
-        caps += [
-            n
-            for n, on in (
-                ("jvp", c.jvp),
-                ("backward", c.backward),
-                ("double-backward", c.double_backward),
-            )
-            if on
-        ]
-        if not c.setup_context:
-            caps.append("legacy-forward")
-        if c.inplace_args:
-            caps.append(f"inplace={list(c.inplace_args)}")
-        if c.nondiff_outputs:
-            caps.append(f"nondiff-outputs={list(c.nondiff_outputs)}")
+        caps = e.caps.describe()
         if e.gradient != "derivative":
             caps.append(f"gradient={e.gradient}")
-        print(f"{e.name:<22} {' '.join(caps)}")
+        print(f"{e.name:<22} {', '.join(caps)}")
         if args.verbose:
             print(f"{'':<22} tags: {', '.join(sorted(e.tags))}")
     print(f"{len(entries)} entries")
@@ -495,6 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("afdb: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `afdb list | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -159,18 +159,7 @@ def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
 
 
 def describe_function(entry: Any) -> str:
-    c = entry.caps
-    parts = [{"rule": "vmap rule", "generated": "generated vmap rule", "none": "no vmap"}[c.vmap]]
-    parts += [n for n, on in (("jvp", c.jvp), ("backward", c.backward)) if on]
-    if c.backward and not c.double_backward:
-        parts.append("no double backward")
-    if not c.setup_context:
-        parts.append("legacy forward(ctx, ...)")
-    if c.inplace_args:
-        parts.append(f"in-place args {list(c.inplace_args)}")
-    if c.nondiff_outputs:
-        parts.append(f"non-differentiable outputs {list(c.nondiff_outputs)}")
-    return ", ".join(parts)
+    return ", ".join(entry.caps.describe())
 
 
 # --- afdb check -------------------------------------------------------------------------
