@@ -246,7 +246,7 @@ def print_summary(result: RunResult, out: Any = None) -> None:
             print(f"    reproduce: {r.repro}", file=out)
     if len(result.failures()) > 20:
         print(f"  ... {len(result.failures()) - 20} more in the reports", file=out)
-    print(f"{'PASS' if result.ok else 'FAIL'}: {result.summary_line()}", file=out)
+    print(f"{result.verdict}: {result.summary_line()}", file=out)
 
 
 # --- afdb list --------------------------------------------------------------------------
@@ -334,21 +334,22 @@ def execute(
     interrupted = False
     isolate = getattr(args, "isolate", False)  # afdb check: a worker process even for one
     if workers not in (None, "0", "1") or (isolate and workers != "0"):
+        from .parallel import run_parallel
+
+        cases: list[CaseResult] = []
         try:
-            from .parallel import run_parallel
-        except ModuleNotFoundError:
-            raise CliError(
-                "-n needs harness.parallel, which this build lacks; run without -n"
-            ) from None
-        cases = run_parallel(
-            entries,
-            options,
-            workers or "1",
-            source=source,
-            target=target,
-            progress=progress,
-            expectations=getattr(args, "expectations", None),
-        )
+            run_parallel(
+                entries,
+                options,
+                workers or "1",
+                source=source,
+                target=target,
+                progress=progress,
+                expectations=getattr(args, "expectations", None),
+                collect=cases,
+            )
+        except KeyboardInterrupt:
+            interrupted = True
     else:
         select = None
         cases = []

@@ -198,7 +198,7 @@ def print_check_summary(result: RunResult) -> None:
     unmatched = result.metadata.get("unmatched_expectations") or []
     for u in unmatched:
         print(f"  note: expectation {u!r} matches no case")
-    print(f"{'PASS' if result.ok else 'FAIL'}: {result.summary_line()}")
+    print(f"{result.verdict}: {result.summary_line()}")
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -117,8 +117,13 @@ def run_parallel(
     progress: Callable[[CaseResult], None] | None = None,
     expectations: str | None = None,
     keep: bool = False,
+    collect: list[CaseResult] | None = None,
 ) -> list[CaseResult]:
-    """Run every case in pytest-xdist workers; results in case order, one per case."""
+    """Run every case in pytest-xdist workers; results in case order, one per case.
+
+    On Ctrl-C the workers are stopped, the cases finished so far are appended to
+    ``collect`` (in case order) and KeyboardInterrupt is raised again.
+    """
     from .runner import EntryData, enumerate_cases, repro_command, samples_error
 
     workers = str(workers)
@@ -162,7 +167,11 @@ def run_parallel(
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in [root, env.get("PYTHONPATH", "")] if p)
         cmd = pytest_command(workers, test_file, folder, max_restarts=len(expected) + 4)
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.getcwd())
+        interrupted = False
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.getcwd())
+        except KeyboardInterrupt:
+            interrupted = True
         done: dict[str, CaseResult] = dict(early)
         for name in sorted(os.listdir(folder)):
             if name.startswith("results-") and name.endswith(".jsonl"):
@@ -179,8 +188,12 @@ def run_parallel(
                     m = _NODE_PARAM.search(json.loads(line)["nodeid"])
                     if m:
                         crashed.add(m.group(1))
+        results: list[CaseResult] = collect if collect is not None else []
+        if interrupted:
+            results.extend(early.values())
+            results.extend(done[c.id] for c in expected if c.id in done)
+            raise KeyboardInterrupt
         tail = [ln for ln in (proc.stdout + proc.stderr).strip().splitlines() if ln.strip()]
-        results: list[CaseResult] = []
         ordered = [*early.values()]
         for case in expected:
             if case.id in done:

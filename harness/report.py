@@ -191,7 +191,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     lines = [
         "# autograd-function-db report",
         "",
-        f"**{'PASS' if result.ok else 'FAIL'}**: {result.summary_line()} "
+        f"**{result.verdict}**: {result.summary_line()} "
         f"(torch {md.get('torch_version', '?')}, {md.get('device', '?')}, {md.get('dtype', '?')})",
     ]
     if md.get("interrupted"):

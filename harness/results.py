@@ -63,6 +63,13 @@ class RunResult:
     def ok(self) -> bool:
         return all(c.ok for c in self.cases)
 
+    @property
+    def verdict(self) -> str:
+        """PASS or FAIL; INTERRUPTED when the run stopped early (its cases are a prefix)."""
+        if self.metadata.get("interrupted"):
+            return "INTERRUPTED"
+        return "PASS" if self.ok else "FAIL"
+
     def counts(self) -> dict[str, int]:
         c = Counter(r.status for r in self.cases)
         return {s: c[s] for s in STATUSES if c[s]}

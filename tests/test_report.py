@@ -283,3 +283,37 @@ def test_write_atomic_makes_an_ordinary_file(tmp_path):
     path.chmod(0o640)
     report.write_atomic(path, "y")
     assert path.stat().st_mode & 0o777 == 0o640
+
+
+def test_ctrl_c_under_workers_keeps_the_finished_cases(tmp_path, monkeypatch):
+    """-n: Ctrl-C stops the worker pool; the cases the workers finished are reported."""
+    import json
+
+    from harness import parallel
+
+    real_run = parallel.subprocess.run
+
+    def interrupted_pool(cmd, **kwargs):
+        if "AFDB_RESULTS_DIR" not in (kwargs.get("env") or {}):
+            return real_run(cmd, **kwargs)  # not the worker pool (e.g. git for the metadata)
+        folder = kwargs["env"]["AFDB_RESULTS_DIR"]
+        finished = {
+            "id": "NumpyCube/vmap/s0/in_dims=(0,)",
+            "entry": "NumpyCube",
+            "check": "vmap",
+            "sample": 0,
+            "sample_name": "0d",
+            "plan": None,
+            "status": "pass",
+        }
+        with open(os.path.join(folder, "results-1.jsonl"), "w") as f:
+            f.write(json.dumps(finished) + "\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel.subprocess, "run", interrupted_pool)
+    out = tmp_path / "r.json"
+    code = run_cli("run", "NumpyCube", "--checks", "vmap", "-q", "-n", "2", "--json", str(out))
+    assert code == 130
+    data = schema.read_report(out)
+    assert data["metadata"]["interrupted"] is True
+    assert [c["id"] for c in data["cases"]] == ["NumpyCube/vmap/s0/in_dims=(0,)"]
