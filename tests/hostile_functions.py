@@ -15,7 +15,7 @@ import time
 import torch
 
 
-class _Double(torch.autograd.Function):
+class Double(torch.autograd.Function):
     """x -> 2 * x; subclasses override ``hostile`` (called from forward or the vmap rule)."""
 
     @staticmethod
@@ -40,13 +40,13 @@ def samples(seed: int):
     return [(torch.randn(4, 5, generator=gen),)]
 
 
-class Raising(_Double):
+class Raising(Double):
     @staticmethod
     def vmap(info, in_dims, x):
         raise ValueError("the rule is not implemented for this layout")
 
 
-class Hanging(_Double):
+class Hanging(Double):
     """A Python-level hang (SIGALRM interrupts it)."""
 
     @staticmethod
@@ -55,7 +55,7 @@ class Hanging(_Double):
             time.sleep(0.01)
 
 
-class LeavesTransformLevel(_Double):
+class LeavesTransformLevel(Double):
     """Leaves a torch.func grad level on the stack, once (the first forward call)."""
 
     leaked = False
@@ -72,21 +72,21 @@ class LeavesTransformLevel(_Double):
         return LeavesTransformLevel.apply(x), in_dims[0]
 
 
-class LeavesGradDisabled(_Double):
+class LeavesGradDisabled(Double):
     @staticmethod
     def vmap(info, in_dims, x):
         torch.set_grad_enabled(False)
         return x * 2, in_dims[0]
 
 
-class LeavesDefaultDtype(_Double):
+class LeavesDefaultDtype(Double):
     @staticmethod
     def vmap(info, in_dims, x):
         torch.set_default_dtype(torch.float64)
         return x * 2, in_dims[0]
 
 
-class Chatty(_Double):
+class Chatty(Double):
     """Prints three megabytes, from Python and from C, and returns a wrong result."""
 
     @staticmethod
@@ -96,13 +96,13 @@ class Chatty(_Double):
         return x * 3, in_dims[0]
 
 
-class Exiting(_Double):
+class Exiting(Double):
     @staticmethod
     def vmap(info, in_dims, x):
         raise SystemExit(3)
 
 
-class Killer(_Double):
+class Killer(Double):
     """Kills its process on some plans, hangs in 'native code' on one, passes on the rest.
 
     With ``--batch-size 6 --checks vmap,vmap_chunked``: in_dims (1,) -> os._exit,

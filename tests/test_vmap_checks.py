@@ -10,6 +10,7 @@ from autograd_function_db.numpy_ops import NumpyCube, NumpyMul, binary_samples, 
 from harness.options import Options
 from harness.runner import run_entries
 from tests import planted_vmap as pv
+from tests.hostile_functions import Double
 
 BAD = {"fail", "error"}
 
@@ -138,18 +139,8 @@ def test_contract_restores_the_rule_after_running():
 
 
 def test_function_without_vmap_support_is_unsupported_with_the_fix():
-    class NoVmap(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return x * 2
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            pass
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2
+    class NoVmap(Double):  # neither a vmap staticmethod nor generate_vmap_rule
+        pass
 
     results = run(NoVmap, unary_samples, "vmap")
     assert [r.status for r in results] == ["unsupported"]
