@@ -29,6 +29,7 @@ from .checks import (
     Unsupported,
 )
 from .compare import compare_tensors
+from .pytrees import FlatCall, top_level_leaves
 
 #: Above this many Jacobian columns (input elements), vjp references use the identity
 #: <J t, c> = <t, J^T c> with random directions instead of the full FD Jacobian.
@@ -194,15 +195,16 @@ def restricted(
     return f
 
 
-def _all_outputs(entry: Entry) -> Callable[..., tuple[Any, ...]]:
+def _all_outputs(entry: Entry, flat: bool = True) -> Callable[..., Any]:
     inplace = set(entry.caps.inplace_args)
 
-    def f(*args: Any) -> tuple[Any, ...]:
+    def f(*args: Any) -> Any:
         call = [
             a.clone() if k in inplace and isinstance(a, torch.Tensor) else a
             for k, a in enumerate(args)
         ]
-        return as_tuple(entry.call(*call))
+        out = entry.call(*call)
+        return as_tuple(out) if flat else out
 
     return f
 
@@ -213,7 +215,11 @@ class DiffView:
     args: tuple[Any, ...]
     diff: tuple[int, ...]  # differentiable argument positions
     outs: tuple[int, ...]  # differentiable output indices
-    outputs: tuple[Any, ...]  # the plain call's outputs (all of them)
+    outputs: tuple[Any, ...]  # the plain call's outputs (all leaves of them)
+    out_names: tuple[str, ...] = ()  # each leaf's name: output 0, output 1['var'], ...
+
+    def out_name(self, j: int) -> str:
+        return self.out_names[j] if j < len(self.out_names) else f"output {j}"
 
     def primals(self, args: Sequence[Any] | None = None) -> list[torch.Tensor]:
         args = self.args if args is None else args
@@ -241,18 +247,24 @@ def diff_view(ctx: CaseContext) -> DiffView:
     diff = tuple(i for i, a in enumerate(args) if fd.is_differentiable_dtype(a))
     if not diff:
         raise Unsupported("no floating-point tensor argument: nothing to differentiate")
+    flat = FlatCall(_all_outputs(entry, flat=False))
     with torch.no_grad():
-        outputs = attempt("plain call", _all_outputs(entry), *args)
+        outputs = attempt("plain call", flat, *args)
+    # Autograd tracks only the top-level tensors of a Function's outputs: leaves nested in
+    # a dict, list or tuple inside the outputs are not differentiable.
+    names = flat.names()
+    top = top_level_leaves(flat.spec) if flat.spec is not None else set(range(len(outputs)))
     outs = tuple(
         j
         for j, o in enumerate(outputs)
-        if fd.is_differentiable_dtype(o) and j not in entry.caps.nondiff_outputs
+        if fd.is_differentiable_dtype(o) and j not in entry.caps.nondiff_outputs and j in top
     )
     if not outs:
         raise Unsupported(
-            "no differentiable output (all are integer, bool or declared non-differentiable)"
+            "no differentiable output (all are integer, bool, nested in a container or "
+            "declared non-differentiable)"
         )
-    return DiffView(entry, args, diff, outs, tuple(outputs))
+    return DiffView(entry, args, diff, outs, tuple(outputs), tuple(names))
 
 
 def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:

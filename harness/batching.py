@@ -198,7 +198,10 @@ def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    """A Function's outputs as the flat tuple of their pytree leaves (see ``pytrees``)."""
+    from .pytrees import leaves
+
+    return leaves(out)
 
 
 def loop_reference(

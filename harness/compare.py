@@ -6,6 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
+
+from .pytrees import describe_structure, spec_names
 
 
 def _fmt(x: float) -> str:
@@ -33,8 +36,10 @@ def compare_tensors(
 ) -> str | None:
     """None when close; else one line naming the label, the kind of mismatch and the numbers.
 
-    Floating point values compare with ``|a - e| <= atol + rtol * |e|``; integer
-    and bool values compare exactly. NaN equals NaN.
+    Floating point values compare as ``torch.isclose`` does (``|a - e| <= atol + rtol * |e|``,
+    NaN equal to NaN); integer and bool values compare exactly. The message shows the worst
+    mismatch: its index, both values, the absolute error and (where the reference is not 0)
+    the relative error.
     """
     if actual.shape != expected.shape:
         return f"{label}: shape {tuple(actual.shape)}, reference {tuple(expected.shape)}"
@@ -60,24 +65,44 @@ def compare_tensors(
         )
     wide = torch.complex128 if (a.is_complex() or e.is_complex()) else torch.float64
     a64, e64 = a.to(wide), e.to(wide)
-    both_nan = torch.isnan(a64) & torch.isnan(e64)
-    err = (a64 - e64).abs()
-    err = torch.where(both_nan, torch.zeros_like(err), err)
-    err = torch.nan_to_num(err, nan=float("inf"))
-    bound = atol + rtol * e64.abs()
-    bad = err > bound
+    # torch.isclose semantics (|a - e| <= atol + rtol * |e|, NaN equal to NaN, an infinity
+    # equal only to itself): the predicate of torch.testing.assert_close.
+    bad = ~torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
     if not bool(bad.any()):
         return None
-    flat_err = err.flatten()
-    worst = int(flat_err.argmax())
-    ref_abs = e64.abs().flatten()
-    rel = (flat_err / ref_abs.clamp_min(torch.finfo(torch.float64).tiny)).max()
+    worst = _worst(a64, e64, bad)
     return (
-        f"{label}: {int(bad.sum())} of {a.numel()} values outside tolerance; "
-        f"max abs error {_fmt(float(flat_err[worst]))} at {_index_str(worst, a.shape)} "
-        f"(got {_fmt_val(a64.flatten()[worst])}, reference {_fmt_val(e64.flatten()[worst])}), "
-        f"max rel error {_fmt(float(rel))}; rtol={rtol:g}, atol={atol:g}"
+        f"{label}: {int(bad.sum())} of {a.numel()} values outside tolerance; worst at "
+        f"{_index_str(worst, a.shape)}: {_error_phrase(a64.flatten()[worst], e64.flatten()[worst])}"
+        f"; rtol={rtol:g}, atol={atol:g}"
     )
+
+
+def _worst(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> int:
+    """The flat index of the mismatch to show: a non-finite one first, else the largest error."""
+    a, e, bad = a.flatten(), e.flatten(), bad.flatten()
+    nonfinite = bad & ~(torch.isfinite(a) & torch.isfinite(e))
+    if bool(nonfinite.any()):
+        return int(nonfinite.nonzero()[0])
+    err = torch.where(bad, (a - e).abs(), torch.zeros_like((a - e).abs()))
+    return int(err.argmax())
+
+
+def _error_phrase(a: torch.Tensor, e: torch.Tensor) -> str:
+    """Both values and the error in words that mean something (never an inf or 1e+307 ratio)."""
+    got, ref = _fmt_val(a), _fmt_val(e)
+    if not (bool(torch.isfinite(a)) and bool(torch.isfinite(e))):
+        return f"got {got}, reference {ref} (not finite)"
+    err = float((a - e).abs())
+    if err == float("inf"):
+        return f"got {got}, reference {ref} (their difference overflows float64)"
+    phrase = f"got {got}, reference {ref}, abs error {_fmt(err)}"
+    ref_abs = float(e.abs())
+    if ref_abs > 0:
+        phrase += f", rel error {_fmt(err / ref_abs)}"
+    else:
+        phrase += " (the reference is 0: no relative error)"
+    return phrase
 
 
 def _fmt_val(v: torch.Tensor) -> str:
@@ -88,20 +113,33 @@ def _fmt_val(v: torch.Tensor) -> str:
 
 
 def compare_outputs(
-    actual: Sequence[Any],
-    expected: Sequence[Any],
+    actual: Any,
+    expected: Any,
     *,
     rtol: float,
     atol: float,
     label: str,
     names: Sequence[str] | None = None,
 ) -> list[str]:
-    """Messages for every output that differs (an empty list when all match)."""
-    if len(actual) != len(expected):
-        return [f"{label}: {len(actual)} outputs, reference {len(expected)}"]
+    """Messages for every output leaf that differs (an empty list when all match).
+
+    ``actual`` and ``expected`` are outputs as returned: a tensor, or tuples, lists and
+    dicts of them nested in any way (pytrees). Tensors compare with the tolerances, other
+    leaves with ``==``. A leaf is named by its path (``output 1['var']``); ``names``
+    renames the top-level outputs (or, for flat outputs, every leaf).
+    """
+    a_leaves, a_spec = pytree.tree_flatten(_top(actual))
+    e_leaves, e_spec = pytree.tree_flatten(_top(expected))
+    if a_spec != e_spec:
+        if len(a_leaves) != len(e_leaves) and _is_flat(a_spec) and _is_flat(e_spec):
+            return [f"{label}: {len(a_leaves)} outputs, reference {len(e_leaves)}"]
+        return [
+            f"{label}: outputs structured as {describe_structure(a_spec)}, reference "
+            f"{describe_structure(e_spec)}"
+        ]
+    leaf_names = spec_names(e_spec, names)
     problems = []
-    for k, (a, e) in enumerate(zip(actual, expected)):
-        name = names[k] if names else f"output {k}"
+    for name, a, e in zip(leaf_names, a_leaves, e_leaves):
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
                 problems.append(f"{label}, {name}: got {type(a).__name__}, reference a tensor")
@@ -109,6 +147,27 @@ def compare_outputs(
             msg = compare_tensors(a, e, rtol=rtol, atol=atol, label=f"{label}, {name}")
             if msg:
                 problems.append(msg)
-        elif a != e:
+        elif isinstance(a, torch.Tensor):
+            problems.append(f"{label}, {name}: got a tensor, reference {type(e).__name__} {e!r}")
+        elif not _leaf_equal(a, e):
             problems.append(f"{label}, {name}: got {a!r}, reference {e!r}")
     return problems
+
+
+def _top(out: Any) -> Any:
+    return out if isinstance(out, (tuple, list)) else (out,)
+
+
+def _is_flat(spec: pytree.TreeSpec) -> bool:
+    return all(child.is_leaf() for child in spec.children())
+
+
+def _leaf_equal(a: Any, e: Any) -> bool:
+    """``a == e`` for a non-tensor leaf, also when ``==`` gives an array (numpy) or raises."""
+    try:
+        same = a == e
+        if hasattr(same, "all"):
+            same = same.all()
+        return bool(same)
+    except Exception:
+        return repr(a) == repr(e)

@@ -259,7 +259,8 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
         view.primals(),
         actual,
         reference,
-        [f"primal output {j}" for j in view.outs] + [f"tangent of output {j}" for j in view.outs],
+        [f"primal {view.out_name(j)}" for j in view.outs]
+        + [f"tangent of {view.out_name(j)}" for j in view.outs],
         f"vmap of torch.func.jvp (the Function's jvp under vmap) vs {LOOP_JVP_REFERENCE} (reference)",
     )
     return LOOP_JVP_REFERENCE
@@ -321,7 +322,7 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         watch.add(f"input {i}", a)
     cot_in = [c.clone() for c in cots]
     for j, c in zip(view.outs, cot_in):
-        watch.add(f"the cotangent of output {j}", c)
+        watch.add(f"the cotangent of {view.out_name(j)}", c)
     vf = vmapped(fn, plan, out_dims, randomness=ctx.vmap_randomness)
 
     def f(*xs: Any) -> tuple[Any, ...]:

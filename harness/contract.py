@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from autograd_function_db.entry import VMAP_GENERATED, VMAP_NONE, Entry
 
@@ -32,6 +33,7 @@ from .batching import (
 )
 from .checks import CaseContext, CheckFailure, CheckSpec, needs_vmap, register
 from .options import Options
+from .pytrees import FlatCall, describe_structure, is_flat, leaf_names, structure
 
 
 @dataclass
@@ -116,12 +118,17 @@ def intercept_entry_rule(entry: Entry) -> contextlib.AbstractContextManager[list
 
 
 def validate_call(
-    name: str, call: RuleCall, reference: Sequence[Any], returned_tuple: bool
+    name: str,
+    call: RuleCall,
+    reference: Sequence[Any],
+    returned_tuple: bool,
+    spec: pytree.TreeSpec | None = None,
 ) -> list[str]:
     """Every way this call's return breaks the rule contract (an empty list when it conforms).
 
-    ``reference`` holds the Function's per-slice outputs (from the loop), which
-    fix the number of outputs, their dtypes and devices.
+    ``reference`` holds the leaves of the Function's per-slice outputs (from the loop), which
+    fix the number of outputs, their dtypes and devices; ``spec``, when given, is forward's
+    output structure (tuples, lists, dicts), which the rule's outputs must have.
     """
     ret = call.returned
     where = f"vmap rule of {name} (info.batch_size={call.batch_size}, in_dims={call.in_dims})"
@@ -136,6 +143,22 @@ def validate_call(
             f"{' as a tuple' if isinstance(outputs, (tuple, list)) else ''}; forward returns "
             f"{len(reference)}{' as a tuple' if returned_tuple else ''}"
         ]
+    names = leaf_names(outputs)
+    nested = not is_flat(outputs) or (spec is not None and not _flat_spec(spec))
+    if nested and spec is not None and structure(outputs) != spec:
+        return [
+            f"{where} returned outputs structured as {describe_structure(structure(outputs))}; "
+            f"forward returns {describe_structure(spec)}"
+        ]
+    if nested:
+        flat_dims = pytree._broadcast_to_and_flatten(out_dims, structure(outputs))
+        if flat_dims is None:
+            return [
+                f"{where} returned out_dims {out_dims!r}, which does not match the outputs' "
+                f"structure {describe_structure(structure(outputs))}: give one int or None "
+                "per output, or per leaf in the same structure"
+            ]
+        return _leaf_problems(where, call, outs, list(flat_dims), reference, names)
     if isinstance(out_dims, (tuple, list)):
         if not isinstance(outputs, (tuple, list)):
             return [
@@ -149,9 +172,25 @@ def validate_call(
         dims = list(out_dims)
     else:
         dims = [out_dims] * len(outs)
+    return _leaf_problems(where, call, outs, dims, reference, names)
+
+
+def _flat_spec(spec: pytree.TreeSpec) -> bool:
+    return spec.is_leaf() or all(child.is_leaf() for child in spec.children())
+
+
+def _leaf_problems(
+    where: str,
+    call: RuleCall,
+    outs: Sequence[Any],
+    dims: Sequence[Any],
+    reference: Sequence[Any],
+    names: Sequence[str],
+) -> list[str]:
+    """The contract of each output leaf against its out_dim and forward's per-slice output."""
     problems = []
     for k, (out, dim, ref) in enumerate(zip(outs, dims, reference)):
-        label = f"{where}, output {k}"
+        label = f"{where}, {names[k] if k < len(names) else f'output {k}'}"
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
             problems.append(
                 f"{label}: out_dim {dim!r} is a {type(dim).__name__}; it must be an int or None"
@@ -207,11 +246,13 @@ def run_contract(ctx: CaseContext) -> str | None:
     plan = ctx.plan
     assert plan is not None
     entry = ctx.entry
-    fn = entry.call
-    reference, returned_tuple = loop_reference(fn, plan, ctx.slices)
-    # One slice's outputs fix count, dtypes and devices.
-    per_slice_ref = as_tuple(fn(*ctx.slices.args()))
-    out_dims = concrete_out_dims(plan, reference, returned_tuple)
+    fn = FlatCall(entry.call)
+    reference, _ = loop_reference(fn, plan, ctx.slices)
+    # One slice's outputs fix count, structure, dtypes and devices.
+    one = entry.call(*ctx.slices.args())
+    per_slice_ref, spec = as_tuple(one), structure(one)
+    returned_tuple = isinstance(one, (tuple, list))
+    out_dims = concrete_out_dims(plan, reference, True)
     args = build_batched_args(plan, ctx.slices)
     error: BaseException | None = None
     # A random entry's rule raises under torch's default randomness="error" (as it must):
@@ -228,7 +269,7 @@ def run_contract(ctx: CaseContext) -> str | None:
     problems = [
         p
         for c in calls
-        for p in validate_call(entry.function_name, c, per_slice_ref, returned_tuple)
+        for p in validate_call(entry.function_name, c, per_slice_ref, returned_tuple, spec)
     ]
     if problems:
         unique = list(dict.fromkeys(problems))

@@ -87,13 +87,13 @@ def run_jvp(ctx: CaseContext) -> str:
         watch.verify(label, findings, "inputs and tangents must be left unchanged")
         for k, j in enumerate(view.outs):
             findings.compare(
-                f"{label}: primal output {j} under torch.func.jvp vs the plain call",
+                f"{label}: primal {view.out_name(j)} under torch.func.jvp vs the plain call",
                 out[k],
                 view.outputs[j],
             )
         for j, actual, expected in zip(view.outs, tout, reference(subset)):
             findings.compare(
-                f"{label}: tangent of output {j}, torch.func.jvp (the Function's jvp) vs "
+                f"{label}: tangent of {view.out_name(j)}, torch.func.jvp (the Function's jvp) vs "
                 f"{ref_name} (reference)",
                 actual,
                 expected,
@@ -204,7 +204,7 @@ def run_vjp(ctx: CaseContext) -> str:
                 watch.add(f"input {i}", a)
             cot_watch = Watch()
             for j, c in zip(outs, cots):
-                cot_watch.add(f"the cotangent of output {j}", c)
+                cot_watch.add(f"the cotangent of {view.out_name(j)}", c)
             if how == "torch.func.vjp":
                 f = restricted(entry, args, ins, outs)
                 _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(args[i] for i in ins))
@@ -241,7 +241,7 @@ def run_jacobian(ctx: CaseContext, kind: str) -> str:
     for k, j in enumerate(view.outs):
         for m, i in enumerate(view.diff):
             findings.compare(
-                f"{kind}: d(output {j})/d(input {i}), torch.func.{kind} (the Function's "
+                f"{kind}: d({view.out_name(j)})/d(input {i}), torch.func.{kind} (the Function's "
                 f"{'backward' if kind == 'jacrev' else 'jvp'}) vs {ref_name} Jacobian (reference)",
                 jac[k][m],
                 ref[k][m],

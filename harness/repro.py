@@ -166,7 +166,12 @@ def slice_args(path=()):
 
 
 def as_tuple(out):
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    """Every leaf of a Function's outputs (tuples, lists, dicts and their nestings), flat."""
+    return tuple(torch.utils._pytree.tree_leaves(out if isinstance(out, (tuple, list)) else (out,)))
+
+
+def flat_call(*args):
+    return as_tuple(CALL(*args))
 
 
 def compare(label, actual, expected):
@@ -186,14 +191,17 @@ def compare(label, actual, expected):
         elif a.dtype != e.dtype:
             problems.append(f"{label}, output {k}: dtype {a.dtype}, reference {e.dtype}")
         elif a.numel() and not torch.allclose(a.detach().to(e.dtype), e, rtol=RTOL, atol=ATOL, equal_nan=True):
-            err = (a.detach().double() - e.double()).abs()
-            i = int(err.flatten().argmax())
+            a64, e64 = a.detach().double().flatten(), e.double().flatten()
+            close = torch.isclose(a64, e64, rtol=RTOL, atol=ATOL, equal_nan=True)
+            err = torch.where(close, 0.0, (a64 - e64).abs().nan_to_num(nan=float("inf")))
+            i = int(err.argmax())
             idx = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), a.shape)) if a.dim() else ()
-            bad = int((err > ATOL + RTOL * e.double().abs()).sum())
+            ref = float(e64[i])
+            rel = f", rel error {float(err[i]) / abs(ref):.3g}" if ref and err[i].isfinite() else ""
             problems.append(
-                f"{label}, output {k}: {bad} of {a.numel()} values outside tolerance; max abs error "
-                f"{float(err.flatten()[i]):.3g} at {idx} (got {float(a.flatten()[i]):.6g}, reference "
-                f"{float(e.flatten()[i]):.6g}); rtol={RTOL:g}, atol={ATOL:g}"
+                f"{label}, output {k}: {int((~close).sum())} of {a.numel()} values outside tolerance; "
+                f"worst at {idx}: got {float(a64[i]):.6g}, reference {ref:.6g}, abs error "
+                f"{float(err[i]):.3g}{rel}; rtol={RTOL:g}, atol={ATOL:g}"
             )
     return problems
 '''
@@ -329,7 +337,7 @@ def contract_problems(calls):
 
 def main():
     print(f"reproducing {CASE_ID}")
-    expected, returned_tuple = loop_reference(CALL)
+    expected, returned_tuple = loop_reference(flat_call)
     out_dims = concrete_out_dims(expected, returned_tuple)
     args = build_batched_args()
     print("batched inputs: " + ", ".join(
@@ -339,7 +347,7 @@ def main():
     problems = []
     calls, undo = record_rule_calls() if CHECK == "contract" else ([], lambda: None)
     try:
-        actual = as_tuple(vmapped(CALL, out_dims)(*args))
+        actual = as_tuple(vmapped(flat_call, out_dims)(*args))
     except Exception as e:
         actual = None
         problems.append(f"vmap raised {type(e).__name__}: {e}")
@@ -531,6 +539,7 @@ import os
 import sys
 
 import torch
+import torch.utils._pytree
 
 CASE_ID = {case.id!r}
 CHECK = {case.check!r}

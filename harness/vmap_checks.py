@@ -32,6 +32,7 @@ from .batching import (
 from .checks import CaseContext, CheckFailure, CheckSpec, Unsupported, needs_vmap, register
 from .compare import compare_outputs
 from .options import Options
+from .pytrees import FlatCall, describe_structure
 
 # --- custom ops without a vmap rule: torch falls back to a slow loop ------------------------
 
@@ -175,18 +176,19 @@ def run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
 def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     plan = ctx.plan
     assert plan is not None
-    fn = ctx.entry.call
-    expected, returned_tuple = loop_reference(fn, plan, ctx.slices)
-    out_dims = concrete_out_dims(plan, expected, returned_tuple)
+    # The Function's outputs may be any pytree: vmap and the loop see the flat leaves, the
+    # structures are compared on their own.
+    ref_fn, fn = FlatCall(ctx.entry.call), FlatCall(ctx.entry.call)
+    expected, _ = loop_reference(ref_fn, plan, ctx.slices)
+    out_dims = concrete_out_dims(plan, expected, True)
     args = build_batched_args(plan, ctx.slices)
     snapshot = inputs_snapshot(args, ctx.entry.caps.inplace_args)
-    actual_raw = vmapped(fn, plan, out_dims)(*args)
+    actual = vmapped(fn, plan, out_dims)(*args)
     assert_inputs_unchanged(f"{name} {plan.id}", args, snapshot)
-    actual = as_tuple(actual_raw)
-    if isinstance(actual_raw, (tuple, list)) != returned_tuple:
+    if fn.spec != ref_fn.spec and ref_fn.spec is not None and fn.spec is not None:
         raise CheckFailure(
-            f"{name} {plan.id}: vmap returned {'a tuple' if not returned_tuple else 'one tensor'}, "
-            f"the per-slice call returned {'a tuple' if returned_tuple else 'one tensor'}"
+            f"{name} {plan.id}: vmap returned {describe_structure(fn.spec)}, the per-slice "
+            f"call returned {describe_structure(ref_fn.spec)}"
         )
     rtol, atol = ctx.tolerances
     problems = compare_outputs(
@@ -195,6 +197,7 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
         rtol=rtol,
         atol=atol,
         label=f"{name} {plan.id} (Function under vmap vs loop over slices)",
+        names=ref_fn.names(),
     )
     if problems:
         k = next(
@@ -237,7 +240,7 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
     """
     plan = ctx.plan
     assert plan is not None
-    fn = ctx.entry.call
+    fn = FlatCall(ctx.entry.call)
     seed = int(ctx.generator("rng").initial_seed())
     label = f"{name} {plan.id}"
     expected, returned_tuple = loop_reference(seeded_call(fn, seed), plan, ctx.slices)

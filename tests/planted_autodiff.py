@@ -532,7 +532,7 @@ PAIRS: dict[str, Pair] = {
         _e("ScaledBackward", ScaledBackward),
         _e("Sin", Sin),
         "vjp",
-        ("vjp: all inputs, all outputs", "finite differences", "max abs error", "rtol="),
+        ("vjp: all inputs, all outputs", "finite differences", "abs error", "rtol="),
     ),
     "gradients of two inputs swapped": Pair(
         _e("SwappedGrads", SwappedGrads, binary),

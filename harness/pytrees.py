@@ -1,0 +1,104 @@
+"""A Function's outputs as a pytree: flat leaves for the checks, readable paths for messages.
+
+A Function may return a tensor, a tuple or list of them, or any nesting of tuples, lists
+and dicts (a normalisation that also returns ``{"mean": ..., "var": ...}``). Every check
+works on the flat leaves (``torch.utils._pytree``, the flattening torch.func itself uses),
+and a message names a leaf by its path: ``output 1['var']``. A tensor or a flat tuple keeps
+the plain names ``output 0``, ``output 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch.utils._pytree as pytree
+
+
+def _top(out: Any) -> Any:
+    """The outputs as a sequence: a single value (tensor, dict, ...) is output 0."""
+    return out if isinstance(out, (tuple, list)) else (out,)
+
+
+def leaves(out: Any) -> tuple[Any, ...]:
+    """Every leaf of the outputs, in pytree order (a single tensor gives a 1-tuple)."""
+    return tuple(pytree.tree_leaves(_top(out)))
+
+
+def structure(out: Any) -> pytree.TreeSpec:
+    """The outputs' structure as returned (one tensor and a 1-tuple differ)."""
+    return pytree.tree_structure(out)
+
+
+def leaf_names(out: Any, names: Sequence[str] | None = None) -> list[str]:
+    """``output 0``, ``output 1['var']``, ... for every leaf; ``names`` renames the top level."""
+    paths = pytree.tree_flatten_with_path(_top(out))[0]
+    result = []
+    for path, _ in paths:
+        if not path:  # cannot happen under _top, kept for safety
+            result.append("output 0")
+            continue
+        k = getattr(path[0], "idx", 0)
+        head = names[k] if names is not None and k < len(names) else f"output {k}"
+        result.append(head + pytree.keystr(path[1:]))
+    return result
+
+
+def is_flat(out: Any) -> bool:
+    """True when the outputs are one value or a flat tuple/list of non-containers."""
+    return all(len(path) == 1 for path, _ in pytree.tree_flatten_with_path(_top(out))[0])
+
+
+def describe_structure(spec: pytree.TreeSpec) -> str:
+    """A short phrase for an output structure: ``one value``, ``a tuple of 2``, ``(*, {'m': *})``."""
+    skeleton = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+    if not isinstance(skeleton, (tuple, list, dict)):
+        return "one tensor"
+    if not isinstance(skeleton, dict) and all(v == "*" for v in skeleton):
+        return f"a {type(skeleton).__name__} of {len(skeleton)}"
+    return _shape_of(skeleton)
+
+
+def _shape_of(out: Any) -> str:
+    if isinstance(out, tuple):
+        inner = ", ".join(_shape_of(o) for o in out)
+        return f"({inner}{',' if len(out) == 1 else ''})"
+    if isinstance(out, list):
+        return "[" + ", ".join(_shape_of(o) for o in out) + "]"
+    if isinstance(out, dict):
+        return "{" + ", ".join(f"{k!r}: {_shape_of(v)}" for k, v in out.items()) + "}"
+    return "*"
+
+
+def spec_names(spec: pytree.TreeSpec, names: Sequence[str] | None = None) -> list[str]:
+    """The leaf names of outputs with structure ``spec`` (see ``leaf_names``)."""
+    skeleton = pytree.tree_unflatten([None] * spec.num_leaves, spec)
+    return leaf_names(skeleton, names)
+
+
+def top_level_leaves(spec: pytree.TreeSpec) -> set[int]:
+    """Flat indices of the leaves that are outputs themselves, not nested in a container."""
+    skeleton = pytree.tree_unflatten([None] * spec.num_leaves, spec)
+    paths = pytree.tree_flatten_with_path(_top(skeleton))[0]
+    return {k for k, (path, _) in enumerate(paths) if len(path) == 1}
+
+
+class FlatCall:
+    """``fn`` returning the flat tuple of its output leaves; remembers the last structure seen.
+
+    torch.func transforms and the loop references then handle plain tuples of tensors,
+    whatever nesting the Function returns; ``spec`` keeps the structure (never the
+    tensors) for the structure comparison and for naming leaves.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.spec: pytree.TreeSpec | None = None
+
+    def __call__(self, *args: Any) -> tuple[Any, ...]:
+        out = self.fn(*args)
+        self.spec = structure(out)
+        return leaves(out)
+
+    def names(self, names: Sequence[str] | None = None) -> list[str]:
+        return spec_names(self.spec, names) if self.spec is not None else []
