@@ -137,18 +137,18 @@ def validate_call(
         return [f"{where} returned {kind}; it must return a 2-tuple (outputs, out_dims)"]
     outputs, out_dims = ret
     outs = as_tuple(outputs)
-    if isinstance(outputs, (tuple, list)) != returned_tuple or len(outs) != len(reference):
-        return [
-            f"{where} returned {len(outs)} output(s)"
-            f"{' as a tuple' if isinstance(outputs, (tuple, list)) else ''}; forward returns "
-            f"{len(reference)}{' as a tuple' if returned_tuple else ''}"
-        ]
     names = leaf_names(outputs)
     nested = not is_flat(outputs) or (spec is not None and not _flat_spec(spec))
     if nested and spec is not None and structure(outputs) != spec:
         return [
             f"{where} returned outputs structured as {describe_structure(structure(outputs))}; "
             f"forward returns {describe_structure(spec)}"
+        ]
+    if isinstance(outputs, (tuple, list)) != returned_tuple or len(outs) != len(reference):
+        return [
+            f"{where} returned {len(outs)} output(s)"
+            f"{' as a tuple' if isinstance(outputs, (tuple, list)) else ''}; forward returns "
+            f"{len(reference)}{' as a tuple' if returned_tuple else ''}"
         ]
     if nested:
         flat_dims = pytree._broadcast_to_and_flatten(out_dims, structure(outputs))
