@@ -29,6 +29,11 @@ class Unsupported(Exception):
     """Raised by a check that finds at run time it cannot apply (reason in the message)."""
 
 
+class ReferenceRaised(Exception):
+    """The reference computation raised, not the transform under test (``error``; the
+    message says which side raised, what it means for users and whether the transform ran)."""
+
+
 @dataclass
 class CaseContext:
     """Everything one case needs: the entry, the sample's slices, the plan, the options."""

@@ -240,7 +240,7 @@ def print_summary(result: RunResult, out: Any = None) -> None:
         bad = {
             c: cnt
             for c, cnt in per.items()
-            if any(s in cnt for s in ("fail", "error", "xpass", "timeout", "crash"))
+            if any(s in cnt for s in ("internal", "fail", "error", "xpass", "timeout", "crash"))
         }
         if bad:
             cells = "; ".join(f"{c}: {status_cell(cnt)}" for c, cnt in bad.items())
@@ -418,7 +418,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if result.metadata.get("interrupted"):
         return 130
-    return 0 if result.ok else 1
+    return result.exit_status
 
 
 # --- main -------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def print_check_summary(result: RunResult) -> None:
     print("")
     for check, counts in per.items():
         cells = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
-        bad = any(counts[s] for s in ("fail", "error", "xpass", "timeout", "crash"))
+        bad = any(counts[s] for s in ("internal", "fail", "error", "xpass", "timeout", "crash"))
         mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
         line = f"  {mark} {check:<14} {cells}"
         if check in reasons and set(counts) == {"unsupported"}:
@@ -248,7 +248,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0
     if result.metadata.get("interrupted"):
         return 130
-    return 0 if result.ok else 1
+    return result.exit_status
 
 
 def _skips_only(path: str) -> str | None:

@@ -49,6 +49,7 @@ from .batching import (
 )
 from .checks import (
     CaseContext,
+    ReferenceRaised,
     Unsupported,
 )
 from .options import Options
@@ -173,16 +174,23 @@ def _run_composite(
     reference_fn: Callable[..., tuple[Any, ...]],
     names: Sequence[str],
     sides: str,
+    reference_name: str = "",
+    meaning: str = "",
 ) -> None:
     plan = ctx.plan
     assert isinstance(plan, CompositePlan)
     findings = Findings.of(ctx)
     full = plan.combined(len(likes))
     source = WithExtras(ctx.slices, _extras_maker(ctx, kind, likes))
-    expected, returned_tuple = loop_reference(reference_fn, full, source)  # type: ignore[arg-type]
+    label = f"{check} {plan.id}"
+    try:
+        expected, returned_tuple = loop_reference(reference_fn, full, source)  # type: ignore[arg-type]
+    except Exception as e:
+        raise ReferenceRaised(
+            _reference_raised(ctx, label, full, source, actual_fn, reference_name, meaning, e)
+        ) from e
     out_dims = concrete_out_dims(full, expected, returned_tuple)
     batched = build_batched_args(full, source)  # type: ignore[arg-type]
-    label = f"{check} {plan.id}"
     n = len(ctx.sample.args)
     watch = Watch()
     for i, a in enumerate(batched):
@@ -196,6 +204,40 @@ def _run_composite(
     for nm, a, e in zip(names, actual, expected):
         findings.compare(f"{label}: {nm}, {sides}", a, e, e.dtype)
     findings.raise_if_any()
+
+
+def _reference_raised(
+    ctx: CaseContext,
+    label: str,
+    full: Plan,
+    source: WithExtras,
+    actual_fn: Callable[..., tuple[Any, ...]],
+    reference_name: str,
+    meaning: str,
+    exc: BaseException,
+) -> str:
+    """The message of a case whose reference raised: which side, what it means, and whether
+    the transform under test itself ran (it is run here, once, to say so)."""
+    from .isolation import describe_exception
+
+    batched = build_batched_args(full, source)  # type: ignore[arg-type]
+    out_dims = [0 if lv.out_dims == MID else lv.out_dims for lv in full.levels]
+    try:
+        with torch.random.fork_rng(devices=[]):
+            vmapped(actual_fn, full, out_dims, randomness=ctx.vmap_randomness)(*batched)
+        ran = f"the transform under test ({check_words(label)}) itself ran without error"
+    except Exception as e:
+        ran = f"the transform under test also raised {describe_exception(e)}"
+    return (
+        f"{label}: the reference raised, not the transform under test: the "
+        f"{reference_name or 'reference'} raised {describe_exception(exc)}. "
+        f"{meaning + '; ' if meaning else ''}{ran}, but without a reference this case "
+        "compares nothing"
+    )
+
+
+def check_words(label: str) -> str:
+    return label.split(" ", 1)[0].replace("_of_", " of ")
 
 
 def run_vmap_of_vjp(ctx: CaseContext) -> str:
@@ -221,6 +263,8 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
         reference,
         [f"grad of input {i}" for i in view.diff],
         f"vmap of torch.func.vjp (the Function's backward under vmap) vs {LOOP_VJP_REFERENCE} (reference)",
+        "loop of per-slice eager vjps (torch.autograd.grad, the reference)",
+        "Eager backward of the Function (torch.autograd.grad, .backward()) fails for its users",
     )
     return LOOP_VJP_REFERENCE
 
@@ -262,6 +306,9 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
         [f"primal {view.out_name(j)}" for j in view.outs]
         + [f"tangent of {view.out_name(j)}" for j in view.outs],
         f"vmap of torch.func.jvp (the Function's jvp under vmap) vs {LOOP_JVP_REFERENCE} (reference)",
+        "loop of per-slice eager forward-mode jvps (torch.autograd.forward_ad, the reference)",
+        "Eager forward-mode AD of the Function (torch.autograd.forward_ad dual tensors) fails "
+        "for its users",
     )
     return LOOP_JVP_REFERENCE
 

@@ -20,10 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from .report import write_atomic
-from .results import BAD_STATUSES, STATUSES, RunResult
+from .results import BAD_STATUSES, STATUSES, RunResult, internal_first
 
 #: Worst first: the default order of the case table.
-SEVERITY = ("crash", "timeout", "error", "fail", "xpass", "xfail", "unsupported", "skip", "pass")
+SEVERITY = (
+    "internal",
+    "crash",
+    "timeout",
+    "error",
+    "fail",
+    "xpass",
+    "xfail",
+    "unsupported",
+    "skip",
+    "pass",
+)
 assert set(SEVERITY) == set(STATUSES)
 
 CSP = (
@@ -303,7 +314,7 @@ def _data(result: RunResult) -> dict[str, Any]:
                 c.reference,
                 (c.plan or {}).get("id", ""),
             ]
-            for c in result.cases
+            for c in internal_first(result.cases)
         ],
     }
 

@@ -1,7 +1,7 @@
 """JUnit XML: one ``<testcase>`` per case, one ``<testsuite>`` per entry, for CI systems.
 
 Status mapping: ``fail`` and ``xpass`` are ``<failure>``; ``error``, ``timeout`` and
-``crash`` are ``<error>``; ``unsupported``, ``skip`` and ``xfail`` are ``<skipped>``
+``crash`` (and ``internal``, the suite's own errors, listed first) are ``<error>``; ``unsupported``, ``skip`` and ``xfail`` are ``<skipped>``
 with the reason. ``classname`` is ``afdb.ENTRY.CHECK`` and ``name`` the case id, so a
 CI's test history follows the stable ids. Characters that XML 1.0 cannot carry
 (NUL, most control characters) are written as ``\\xNN``.
@@ -14,10 +14,22 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .report import write_atomic
-from .results import CRASH, ERROR, FAIL, SKIP, TIMEOUT, UNSUPPORTED, XFAIL, XPASS, RunResult
+from .results import (
+    CRASH,
+    ERROR,
+    FAIL,
+    INTERNAL,
+    SKIP,
+    TIMEOUT,
+    UNSUPPORTED,
+    XFAIL,
+    XPASS,
+    RunResult,
+    internal_first,
+)
 
 FAILURE = frozenset({FAIL, XPASS})
-ERRORS = frozenset({ERROR, TIMEOUT, CRASH})
+ERRORS = frozenset({ERROR, TIMEOUT, CRASH, INTERNAL})
 SKIPPED = frozenset({UNSUPPORTED, SKIP, XFAIL})
 
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -37,7 +49,7 @@ def to_junit_element(result: RunResult) -> ET.Element:
     suites: dict[str, ET.Element] = {}
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     per_suite: dict[str, dict[str, float]] = {}
-    for c in result.cases:
+    for c in internal_first(result.cases):
         suite = suites.get(c.entry)
         if suite is None:
             suite = ET.SubElement(root, "testsuite", name=xml_text(f"afdb.{c.entry}"))

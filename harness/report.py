@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunResult
+from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunResult, internal_first
 
 
 def _file_mode(path: Path) -> int:
@@ -208,7 +208,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     for entry, per_check in matrix.items():
         cells = [status_cell(per_check.get(c, Counter())) for c in checks]
         lines.append(f"| {md_escape(entry)} | " + " | ".join(cells) + " |")
-    failures = [c for c in result.cases if c.status in BAD_STATUSES]
+    failures = internal_first([c for c in result.cases if c.status in BAD_STATUSES])
     if failures:
         lines += ["", f"## Failures ({len(failures)})", ""]
         for c in failures[:max_failures]:

@@ -18,10 +18,18 @@ XFAIL = "xfail"
 XPASS = "xpass"
 TIMEOUT = "timeout"
 CRASH = "crash"
+#: The suite's own code raised (a bug of the suite, never blamed on the Function).
+INTERNAL = "internal"
 
-STATUSES = (PASS, FAIL, ERROR, UNSUPPORTED, SKIP, XFAIL, XPASS, TIMEOUT, CRASH)
+#: In report order: internal errors of the suite first.
+STATUSES = (INTERNAL, PASS, FAIL, ERROR, UNSUPPORTED, SKIP, XFAIL, XPASS, TIMEOUT, CRASH)
 #: Statuses that make a run non-conforming.
-BAD_STATUSES = frozenset({FAIL, ERROR, XPASS, TIMEOUT, CRASH})
+BAD_STATUSES = frozenset({FAIL, ERROR, XPASS, TIMEOUT, CRASH, INTERNAL})
+
+
+def internal_first(cases: list[CaseResult]) -> list[CaseResult]:
+    """The cases in their order, except that internal errors of the suite come first."""
+    return sorted(cases, key=lambda c: c.status != INTERNAL)
 
 
 @dataclass
@@ -79,8 +87,20 @@ class RunResult:
         parts = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cases"
         return f"{len(self.cases)} cases: {parts}"
 
+    @property
+    def has_internal(self) -> bool:
+        return any(c.status == INTERNAL for c in self.cases)
+
+    @property
+    def exit_status(self) -> int:
+        """0 all conform, 1 something does not, 3 the suite itself failed on some case."""
+        if self.has_internal:
+            return 3
+        return 0 if self.ok else 1
+
     def failures(self) -> list[CaseResult]:
-        return [c for c in self.cases if not c.ok]
+        """Non-conforming cases, internal errors of the suite first."""
+        return internal_first([c for c in self.cases if not c.ok])
 
     def matrix(self) -> dict[str, dict[str, Counter[str]]]:
         """entry -> check -> status counts."""
@@ -94,7 +114,7 @@ class RunResult:
             "schema": SCHEMA,
             "metadata": self.metadata,
             "summary": {"total": len(self.cases), "ok": self.ok, "counts": self.counts()},
-            "cases": [c.to_dict() for c in self.cases],
+            "cases": [c.to_dict() for c in internal_first(self.cases)],
         }
 
     def to_json(self, indent: int | None = 1) -> str:

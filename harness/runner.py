@@ -17,7 +17,15 @@ from typing import Any
 from autograd_function_db.entry import Entry, Sample
 
 from .batching import ArgLayout, Plan, SliceSource, derive_seed
-from .checks import CaseContext, CheckFailure, Unsupported, check_names, get_check
+from .blame import blamed, blamed_reference, classify, internal_message
+from .checks import (
+    CaseContext,
+    CheckFailure,
+    ReferenceRaised,
+    Unsupported,
+    check_names,
+    get_check,
+)
 from .isolation import (
     CaseTimeout,
     TorchState,
@@ -31,6 +39,7 @@ from .options import Options
 from .results import (
     ERROR,
     FAIL,
+    INTERNAL,
     PASS,
     TIMEOUT,
     UNSUPPORTED,
@@ -170,7 +179,7 @@ def case_record(case: Case, status: str, message: str = "", **fields: Any) -> Ca
 
 def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
     """The record of an entry whose samples could not be built (no case of it can run)."""
-    return CaseResult(
+    record = CaseResult(
         id=f"{entry_name}/samples",
         entry=entry_name,
         check="samples",
@@ -180,6 +189,11 @@ def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
         status=ERROR,
         message=f"could not build the samples: {describe_exception(exc)}",
     )
+    blame = classify(exc)
+    if blame.internal:
+        record.status = INTERNAL
+        record.message = internal_message(blame.where, f"samples: {describe_exception(exc)}")
+    return record
 
 
 def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResult:
@@ -214,6 +228,8 @@ def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResul
             result.status, result.message = FAIL, str(e)
         except Unsupported as e:
             result.status, result.message = UNSUPPORTED, str(e)
+        except ReferenceRaised as e:
+            result.status, result.message = blamed_reference(e)
         except CaseTimeout as e:
             result.status, result.message = TIMEOUT, str(e)
         except SystemExit as e:
@@ -221,8 +237,7 @@ def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResul
             result.message = f"the Function called sys.exit({e.code!r}): {describe_exception(e)}"
         except Exception as e:
             where = f"{case.check} {case.plan.id}" if case.plan else case.check
-            result.status = ERROR
-            result.message = f"{where}: the Function raised {describe_exception(e)}"
+            result.status, result.message = blamed(e, where)
         finally:
             result.duration_s = time.perf_counter() - start
             leaked = restore(state)

@@ -86,7 +86,9 @@ def _second_order_setup(
     view = diff_view(ctx)
     eager_protocol(ctx, view)
     cots = random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs])
-    names = [f"input {i}" for i in view.diff] + [f"the cotangent of {view.out_name(j)}" for j in view.outs]
+    names = [f"input {i}" for i in view.diff] + [
+        f"the cotangent of {view.out_name(j)}" for j in view.outs
+    ]
     return view, view.primals(), cots, names
 
 

@@ -4,6 +4,7 @@ the suite once misjudged, each with a planted wrong twin that still fails for th
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 
 import harness
 from harness.cli import main
+from harness.schema import schema_errors
 from tests import verdict_functions as vf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,3 +116,119 @@ def test_compare_outputs_walks_every_leaf(actual, expected, needle):
     problems = harness.compare.compare_outputs(actual, expected, rtol=0, atol=0, label="L")
     assert problems and needle in problems[0]
     assert harness.compare.compare_outputs(expected, expected, rtol=0, atol=0, label="L") == []
+
+
+# --- §1 the suite's own exceptions: status internal, exit 3 ----------------------------------
+
+
+def test_an_exception_in_the_suites_own_code_is_internal_not_the_functions(monkeypatch):
+    """A bug of the suite (here: a wrong call in vmap_checks) is `internal`, named at the
+    suite's line, listed first; the run goes on and the other checks still pass."""
+    import harness.vmap_checks as vc
+    from harness.pytrees import describe_structure
+
+    monkeypatch.setattr(vc, "compare_outputs", describe_structure)  # a call with bad arguments
+    result = harness.check(
+        vf.NormWithStats, vf.norm_samples, dtype=torch.float64, checks=["vmap", "contract"]
+    )
+    internal = [c for c in result.cases if c.status == "internal"]
+    assert internal and all(c.check == "vmap" for c in internal)
+    msg = internal[0].message
+    assert msg.startswith("internal error of the suite at harness/vmap_checks.py:"), msg
+    assert "(please report it): vmap in_dims=" in msg and "TypeError" in msg
+    assert "the Function raised" not in msg
+    assert all(c.status == "pass" for c in result.cases if c.check == "contract")
+    assert result.failures()[0].status == "internal"
+    assert result.exit_status == 3
+    data = result.to_json_dict()
+    assert data["cases"][0]["status"] == "internal"
+    assert next(iter(data["summary"]["counts"])) == "internal"
+
+
+def test_an_exception_in_the_functions_module_stays_error():
+    class RaisesInRule(vf.NormWithStats):
+        @staticmethod
+        def vmap(info, in_dims, x):
+            raise ValueError("rule not written yet")
+
+    result = harness.check(RaisesInRule, vf.norm_samples, dtype=torch.float64, checks=["vmap"])
+    assert {c.status for c in result.cases} == {"error"}
+    assert "the Function raised ValueError: rule not written yet" in result.cases[0].message
+    assert result.exit_status == 1
+
+
+def test_torch_refusing_what_the_function_returned_is_the_functions_error():
+    """torch raises after the rule returned (its frames are gone): still the Function's."""
+
+    class BadOutDims(vf.NormWithStats):
+        @staticmethod
+        def vmap(info, in_dims, x):
+            x = x.movedim(in_dims[0], 0)
+            return vf.NormWithStats.apply(x), (0, 0, 0)  # 3 out_dims for (y, dict)
+
+    result = harness.check(BadOutDims, vf.norm_samples, dtype=torch.float64, checks=["vmap"])
+    assert result.cases and {c.status for c in result.cases} == {"error"}
+
+
+def test_exit_status_3_on_the_cli_and_internal_first_in_every_report(monkeypatch, tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    import harness.vmap_checks as vc
+    from harness.pytrees import describe_structure
+
+    monkeypatch.setattr(vc, "compare_outputs", describe_structure)
+    out = {k: tmp_path / f"r.{k}" for k in ("json", "md", "html", "xml")}
+    rc = main(
+        [
+            "check",
+            f"{VF}:NormWithStats",
+            "--samples",
+            f"{VF}:norm_samples",
+            "--dtype",
+            "float64",
+            "--no-isolate",
+            "--checks",
+            "contract,vmap",
+            "--json",
+            str(out["json"]),
+            "--markdown",
+            str(out["md"]),
+            "--html",
+            str(out["html"]),
+            "--junit",
+            str(out["xml"]),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert rc == 3
+    blocks = [line.split()[0] for line in text.splitlines() if line.startswith("  INTERNAL ")]
+    assert blocks and text.index("  INTERNAL NormWithStats/vmap/") < text.index("FAIL:")
+    data = json.loads(out["json"].read_text())
+    assert data["cases"][0]["status"] == "internal"
+    assert schema_errors(data) == []
+    md = out["md"].read_text()
+    assert "**internal**" in md.split("## Failures")[1].splitlines()[2]
+    first = ET.parse(out["xml"]).getroot().find(".//testcase")
+    assert first is not None and first.find("error").get("type") == "internal"
+    assert '"internal"' in out["html"].read_text()
+
+
+# --- §1 the reference raised, not the transform ----------------------------------------------
+
+
+def test_reference_raising_is_reported_as_such_with_its_meaning():
+    """forward returns its input as-is, jvp a new tensor: torch.func.jvp accepts it, eager
+    forward AD refuses it. Before: 'the Function raised RuntimeError ...' as if vmap(jvp(f))
+    had failed."""
+    result = harness.check(
+        vf.PassThrough, vf.plain_samples, dtype=torch.float64, checks=["vmap_of_jvp", "jvp"]
+    )
+    cases = [c for c in result.cases if c.check == "vmap_of_jvp"]
+    assert cases and {c.status for c in cases} == {"error"}
+    msg = cases[0].message
+    assert "the reference raised, not the transform under test" in msg
+    assert "loop of per-slice eager forward-mode jvps" in msg
+    assert "returning a view (or an input as-is)" in msg
+    assert "Eager forward-mode AD of the Function" in msg and "fails for its users" in msg
+    assert "the transform under test (vmap of jvp) itself ran without error" in msg
+    assert "the Function raised" not in msg
