@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,14 +27,19 @@ from .batching import (
 from .checks import (
     CaseContext,
     CheckFailure,
+    NonFiniteSample,
     Unsupported,
 )
-from .compare import compare_tensors
+from .compare import compare_tensors, nonfinite_message
 from .pytrees import FlatCall, top_level_leaves
 
 #: Above this many Jacobian columns (input elements), vjp references use the identity
 #: <J t, c> = <t, J^T c> with random directions instead of the full FD Jacobian.
 FULL_JACOBIAN_MAX = 160
+#: The most memory a reference may need (bytes): a full Jacobian beyond it is not built, and
+#: the checks that need one are ``unsupported`` with the size (a 1e7-element sample's
+#: Jacobian would need 800 TB).
+MEMORY_BUDGET = 1 << 30
 #: Random directions for the identity check.
 IDENTITY_DIRECTIONS = 3
 #: At most this many problems are spelled out in one failure message.
@@ -434,8 +440,40 @@ _JACOBIAN_CACHE: dict[Any, list[list[torch.Tensor]]] = {}
 _JACOBIAN_CACHE_SIZE = 32
 
 
+def jacobian_bytes(view: DiffView) -> int:
+    """Bytes of the view's full Jacobian in float64 (output elements x input elements x 8)."""
+    return sum(view.outputs[j].numel() for j in view.outs) * view.columns() * 8
+
+
+def jacobian_fits(view: DiffView) -> bool:
+    return jacobian_bytes(view) <= MEMORY_BUDGET
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}" if unit != "bytes" else f"{int(n)} bytes"
+        n /= 1024
+    return f"{n:.3g} PiB"
+
+
+def require_jacobian_budget(view: DiffView, what: str) -> None:
+    """Unsupported (with the size and the advice) when the full Jacobian exceeds the budget."""
+    need = jacobian_bytes(view)
+    if need <= MEMORY_BUDGET:
+        return
+    rows = sum(view.outputs[j].numel() for j in view.outs)
+    raise Unsupported(
+        f"{what} needs the full Jacobian of this sample: {rows} output x {view.columns()} "
+        f"input elements, {_size(need)} in float64, more than the suite's memory budget of "
+        f"{_size(MEMORY_BUDGET)}; check the Function on a smaller sample (a few elements per "
+        "dim catch the same bugs), or leave this check out with --checks"
+    )
+
+
 def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torch.Tensor]], str]:
     """The full reference Jacobian of the view: FD, or the eager backward for gradient=custom."""
+    require_jacobian_budget(view, "the reference")
     if is_custom(view.entry):
         return eager_jacobian(view), EAGER_CUSTOM_REFERENCE
     key: Any = (
@@ -483,6 +521,12 @@ def _identity_problems(
 ) -> None:
     """<t, J^T c> from the Function vs <J t, c> from finite differences, per direction."""
     for k, (t, r) in enumerate(zip(directions, rhs)):
+        if not math.isfinite(r):
+            raise NonFiniteSample(
+                nonfinite_message(
+                    "NaN" if math.isnan(r) else "inf", f"<J t, c> from {fd.FD_REFERENCE}"
+                )
+            )
         lhs = fd.dot(t, grads)
         err = abs(lhs - r)
         scale = max(fd.abs_dot(t, grads), abs(r))
@@ -491,7 +535,7 @@ def _identity_problems(
             findings.add(
                 f"{label}: <t, J^T c> from the Function's vjp = {lhs:.6g}, <J t, c> from "
                 f"{fd.FD_REFERENCE} (reference) = {r:.6g} for random direction t #{k}: "
-                f"abs error {err:.3g}, rel error {err / max(abs(r), 1e-300):.3g}; "
+                f"abs error {err:.3g}{f', rel error {err / abs(r):.3g}' if r else ''}; "
                 f"rtol={findings.rtol:g}, atol={findings.atol:g} (identity check: "
                 f"{columns} Jacobian columns > {FULL_JACOBIAN_MAX})"
             )

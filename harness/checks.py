@@ -29,6 +29,11 @@ class Unsupported(Exception):
     """Raised by a check that finds at run time it cannot apply (reason in the message)."""
 
 
+class NonFiniteSample(Exception):
+    """The sample's reference values are NaN or infinite: every comparison would be vacuous
+    (``error``, with the advice to choose samples where the Function is finite)."""
+
+
 class ReferenceRaised(Exception):
     """The reference computation raised, not the transform under test (``error``; the
     message says which side raised, what it means for users and whether the transform ran)."""

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .pytrees import describe_structure, spec_names
+from .checks import NonFiniteSample
+from .pytrees import describe_structure, leaf_names, leaves, spec_names
 
 
 def _fmt(x: float) -> str:
@@ -33,13 +34,15 @@ def compare_tensors(
     atol: float,
     label: str,
     check_dtype: bool = True,
+    finite_reference: bool = True,
 ) -> str | None:
     """None when close; else one line naming the label, the kind of mismatch and the numbers.
 
     Floating point values compare as ``torch.isclose`` does (``|a - e| <= atol + rtol * |e|``,
     NaN equal to NaN); integer and bool values compare exactly. The message shows the worst
     mismatch: its index, both values, the absolute error and (where the reference is not 0)
-    the relative error.
+    the relative error. A reference with NaN or infinite values makes the comparison
+    vacuous: ``NonFiniteSample`` is raised (unless ``finite_reference=False``).
     """
     if actual.shape != expected.shape:
         return f"{label}: shape {tuple(actual.shape)}, reference {tuple(expected.shape)}"
@@ -65,6 +68,8 @@ def compare_tensors(
         )
     wide = torch.complex128 if (a.is_complex() or e.is_complex()) else torch.float64
     a64, e64 = a.to(wide), e.to(wide)
+    if finite_reference:
+        require_finite(e64, label)
     # torch.isclose semantics (|a - e| <= atol + rtol * |e|, NaN equal to NaN, an infinity
     # equal only to itself): the predicate of torch.testing.assert_close.
     bad = ~torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
@@ -76,6 +81,51 @@ def compare_tensors(
         f"{_index_str(worst, a.shape)}: {_error_phrase(a64.flatten()[worst], e64.flatten()[worst])}"
         f"; rtol={rtol:g}, atol={atol:g}"
     )
+
+
+def nonfinite_phrase(t: torch.Tensor) -> str:
+    """``NaN``, ``inf`` or ``NaN and inf`` for a tensor with non-finite values, else ""."""
+    if not (t.is_floating_point() or t.is_complex()) or bool(torch.isfinite(t).all()):
+        return ""
+    kinds = [k for k, m in (("NaN", torch.isnan(t)), ("inf", torch.isinf(t))) if bool(m.any())]
+    return " and ".join(kinds)
+
+
+def nonfinite_message(kinds: str, where: str) -> str:
+    return (
+        f"the sample gives non-finite outputs ({kinds} in {where}): choose samples where the "
+        "Function is finite"
+    )
+
+
+def nonfinite_outputs(outputs: Any) -> str:
+    """ "" when every floating leaf of ``outputs`` is finite, else the advice naming the first
+    leaf that is not (``the sample gives non-finite outputs (NaN in output 0): ...``)."""
+    for name, leaf in zip(leaf_names(outputs), leaves(outputs)):
+        if isinstance(leaf, torch.Tensor):
+            kinds = nonfinite_phrase(leaf.detach())
+            if kinds:
+                return nonfinite_message(kinds, name)
+    return ""
+
+
+def require_finite(reference: torch.Tensor, label: str) -> None:
+    """Raise NonFiniteSample when the reference of a comparison has NaN or infinite values."""
+    kinds = nonfinite_phrase(reference)
+    if kinds:
+        raise NonFiniteSample(nonfinite_message(kinds, _reference_of(label)))
+
+
+def _reference_of(label: str) -> str:
+    """``grad of input 0 from the reference, finite differences (float64)`` from a label such as
+    ``vjp: all inputs (...): grad of input 0 vs finite differences (float64) (reference)``."""
+    part = label.rsplit(": ", 1)[-1]
+    if " vs " not in part:
+        return f"the reference of {part}"
+    subject, ref = part.split(" vs ", 1)
+    subject = subject.split(", ")[0]
+    ref = ref.removesuffix(" (reference)").removesuffix(" Jacobian (reference)")
+    return f"{subject} from the reference, {ref}"
 
 
 def _worst(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> int:

@@ -25,9 +25,11 @@ from .autodiff_refs import (
     eager_protocol,
     eager_vjp,
     is_custom,
+    jacobian_fits,
     noncontiguous,
     random_like,
     reference_jacobian,
+    require_jacobian_budget,
     restricted,
 )
 from .checks import (
@@ -122,7 +124,7 @@ def run_vjp(ctx: CaseContext) -> str:
     columns = view.columns()
     jac = None
     ref_name = EAGER_CUSTOM_REFERENCE if custom else fd.FD_REFERENCE
-    if not custom and columns <= FULL_JACOBIAN_MAX:
+    if not custom and columns <= FULL_JACOBIAN_MAX and jacobian_fits(view):
         jac, ref_name = reference_jacobian(ctx, view)
     args64 = view.args64()
 
@@ -224,6 +226,7 @@ def run_vjp(ctx: CaseContext) -> str:
 
 def run_jacobian(ctx: CaseContext, kind: str) -> str:
     view = diff_view(ctx)
+    require_jacobian_budget(view, f"{kind} (torch.func.{kind} and its reference)")
     eager_protocol(ctx, view)
     findings = Findings.of(ctx)
     transform: Callable[..., Any] = torch.func.jacrev

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from autograd_function_db.entry import Entry, Sample
 
 from .batching import ArgLayout, Plan, SliceSource, derive_seed
@@ -21,11 +23,13 @@ from .blame import blamed, blamed_reference, classify, internal_message
 from .checks import (
     CaseContext,
     CheckFailure,
+    NonFiniteSample,
     ReferenceRaised,
     Unsupported,
     check_names,
     get_check,
 )
+from .compare import nonfinite_outputs
 from .isolation import (
     CaseTimeout,
     TorchState,
@@ -76,6 +80,7 @@ class EntryData:
         self.entry = entry
         self.options = options
         self._draw = functools.lru_cache(maxsize=256)(self._draw_uncached)
+        self._nonfinite: dict[int, str] = {}
 
     def _draw_uncached(self, seed: int) -> tuple[Sample, ...]:
         return tuple(self.entry.make_samples(seed, self.options.dtype, self.options.device))
@@ -89,6 +94,28 @@ class EntryData:
 
     def slices(self, sample_index: int) -> SliceSource:
         return SliceSource(self._draw, sample_index, self.seed_parts)
+
+    def nonfinite(self, sample_index: int) -> str:
+        """The advice when the plain call on this sample gives NaN or inf ("" when finite).
+
+        Every comparison of such a sample is vacuous (NaN matches NaN), so none of its cases
+        may pass. A call that raises is left to the checks, which report it.
+        """
+        if sample_index not in self._nonfinite:
+            self._nonfinite[sample_index] = _nonfinite_call(
+                self.entry, self.base_samples()[sample_index]
+            )
+        return self._nonfinite[sample_index]
+
+
+def _nonfinite_call(entry: Entry, sample: Sample) -> str:
+    args = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in sample.args]
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = entry.call(*args)
+    except Exception:
+        return ""
+    return nonfinite_outputs(out)
 
 
 def selected_checks(options: Options) -> list[str]:
@@ -219,6 +246,9 @@ def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResul
                     slices=data.slices(case.sample_index),
                     options=options,
                 )
+                nonfinite = data.nonfinite(case.sample_index)
+                if nonfinite:
+                    raise NonFiniteSample(nonfinite)
                 used = spec.run(ctx)
                 if used:
                     result.reference = used
@@ -228,6 +258,9 @@ def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResul
             result.status, result.message = FAIL, str(e)
         except Unsupported as e:
             result.status, result.message = UNSUPPORTED, str(e)
+        except NonFiniteSample as e:
+            where = f"{case.check} {case.plan.id}" if case.plan else case.check
+            result.status, result.message = ERROR, f"{where}: {e}"
         except ReferenceRaised as e:
             result.status, result.message = blamed_reference(e)
         except CaseTimeout as e:

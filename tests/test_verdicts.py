@@ -232,3 +232,56 @@ def test_reference_raising_is_reported_as_such_with_its_meaning():
     assert "Eager forward-mode AD of the Function" in msg and "fails for its users" in msg
     assert "the transform under test (vmap of jvp) itself ran without error" in msg
     assert "the Function raised" not in msg
+
+
+# --- §5 vacuous and impossible comparisons ---------------------------------------------------
+
+
+def test_a_function_that_is_nan_everywhere_never_passes():
+    """Before: forward, backward and jvp all NaN, and every case passed (NaN matches NaN)."""
+    result = harness.check(vf.AllNaN, vf.plain_samples, dtype=torch.float64)
+    ran = [c for c in result.cases if c.status != "unsupported"]
+    assert ran and {c.status for c in ran} == {"error"}
+    for c in ran:
+        assert c.message.endswith(
+            "the sample gives non-finite outputs (NaN in output 0): choose samples where the "
+            "Function is finite"
+        ), c.message
+
+
+def test_a_nan_backward_fails_against_a_finite_reference_and_is_vacuous_against_itself():
+    """The twin: a finite forward whose backward is NaN. Against finite differences it is a
+    real failure; where the reference is the Function's own eager backward, it is vacuous."""
+    result = harness.check(
+        vf.NaNBackward, vf.plain_samples, dtype=torch.float64, checks=["vjp", "vmap_of_vjp"]
+    )
+    vjp = next(c for c in result.cases if c.check == "vjp")
+    assert vjp.status == "fail"
+    assert "values outside tolerance; worst at (0, 0): got nan, reference " in vjp.message
+    assert "(not finite)" in vjp.message
+    loops = [c for c in result.cases if c.check == "vmap_of_vjp" and c.status != "unsupported"]
+    assert loops and {c.status for c in loops} == {"error"}
+    assert "non-finite outputs (NaN in grad of input 0 from the reference, loop of" in (
+        loops[0].message
+    )
+    vmap = harness.check(vf.NaNBackward, vf.plain_samples, dtype=torch.float64, checks=["vmap"])
+    assert {c.status for c in vmap.cases} == {"pass"}  # the forward is finite
+
+
+def test_a_jacobian_beyond_the_memory_budget_is_unsupported_with_the_size():
+    """Before: torch.func.jacrev of a 1e7-element sample tried to allocate 800 TB and the
+    case read 'the Function raised RuntimeError: ... can't allocate memory'."""
+    result = harness.check(
+        vf.Double, vf.huge_samples, dtype=torch.float32, checks=["jacrev", "jacfwd"]
+    )
+    assert {c.status for c in result.cases} == {"unsupported"}
+    msg = result.cases[0].message
+    assert "10000000 output x 10000000 input elements, 728 TiB in float64" in msg
+    assert "memory budget of 1 GiB" in msg and "smaller sample" in msg
+
+
+def test_the_same_function_on_a_small_sample_passes_jacrev():
+    result = harness.check(
+        vf.Double, vf.plain_samples, dtype=torch.float64, checks=["jacrev", "jacfwd"]
+    )
+    assert {c.status for c in result.cases} == {"pass"}

@@ -122,3 +122,57 @@ class AllNaN(torch.autograd.Function):
 def plain_samples(seed: int) -> list[tuple[torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(5, 7, generator=gen, dtype=torch.float64),)]
+
+
+class NaNBackward(torch.autograd.Function):
+    """Finite forward (2x) whose backward gives NaN: a real failure, not a vacuous sample."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return 2 * x
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(g, float("nan"))
+
+    @staticmethod
+    def jvp(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return 2 * t
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, x: torch.Tensor) -> Any:
+        return NaNBackward.apply(x), in_dims[0]
+
+
+class Double(torch.autograd.Function):
+    """2x with every rule: correct at any size (for the memory-budget fixture)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return 2 * x
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return 2 * g
+
+    @staticmethod
+    def jvp(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return 2 * t
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, x: torch.Tensor) -> Any:
+        return Double.apply(x), in_dims[0]
+
+
+def huge_samples(seed: int) -> list[tuple[torch.Tensor]]:
+    """One 1e7-element sample: its full Jacobian would need 800 TB."""
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(10_000_000, generator=gen, dtype=torch.float32),)]
