@@ -21,8 +21,7 @@ CRASH = "crash"
 #: The suite's own code raised (a bug of the suite, never blamed on the Function).
 INTERNAL = "internal"
 
-#: In report order: internal errors of the suite first.
-STATUSES = (INTERNAL, PASS, FAIL, ERROR, UNSUPPORTED, SKIP, XFAIL, XPASS, TIMEOUT, CRASH)
+STATUSES = (PASS, FAIL, ERROR, UNSUPPORTED, SKIP, XFAIL, XPASS, TIMEOUT, CRASH, INTERNAL)
 #: Statuses that make a run non-conforming.
 BAD_STATUSES = frozenset({FAIL, ERROR, XPASS, TIMEOUT, CRASH, INTERNAL})
 
@@ -79,8 +78,10 @@ class RunResult:
         return "PASS" if self.ok else "FAIL"
 
     def counts(self) -> dict[str, int]:
+        """Cases per status (internal errors of the suite first, then in STATUSES order)."""
         c = Counter(r.status for r in self.cases)
-        return {s: c[s] for s in STATUSES if c[s]}
+        order = (INTERNAL, *(s for s in STATUSES if s != INTERNAL))
+        return {s: c[s] for s in order if c[s]}
 
     def summary_line(self) -> str:
         counts = self.counts()

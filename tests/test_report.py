@@ -195,6 +195,7 @@ def test_junit_maps_every_status():
         "error": ["error"],
         "timeout": ["error"],
         "crash": ["error"],
+        "internal": ["error"],
         "unsupported": ["skipped"],
         "skip": ["skipped"],
         "xfail": ["skipped"],
