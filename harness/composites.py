@@ -185,10 +185,10 @@ def _run_composite(
     label = f"{check} {plan.id}"
     try:
         expected, returned_tuple = loop_reference(reference_fn, full, source)  # type: ignore[arg-type]
-    except Exception as e:
+    except Exception as exc:
         raise ReferenceRaised(
-            _reference_raised(ctx, label, full, source, actual_fn, reference_name, meaning, e)
-        ) from e
+            _reference_raised(ctx, label, full, source, actual_fn, reference_name, meaning, exc)
+        ) from exc
     out_dims = concrete_out_dims(full, expected, returned_tuple)
     batched = build_batched_args(full, source)  # type: ignore[arg-type]
     n = len(ctx.sample.args)
