@@ -28,6 +28,7 @@ from .checks import (
     CaseContext,
     CheckFailure,
     NonFiniteSample,
+    ReferenceRaised,
     Unsupported,
 )
 from .compare import compare_tensors, nonfinite_message
@@ -67,12 +68,35 @@ def attempt(label: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     """Call ``fn``; an exception is re-raised as FunctionRaised naming the sub-check."""
     try:
         return fn(*args, **kwargs)
-    except (CheckFailure, Unsupported, FunctionRaised):
+    except (CheckFailure, Unsupported, FunctionRaised, ReferenceRaised, NonFiniteSample):
         raise
     except Exception as e:
+        if "(reference" in label:
+            raise ReferenceRaised(reference_raised_message(label, e)) from e
         raise FunctionRaised(f"{label}: {type(e).__name__}: {e}").with_traceback(
             e.__traceback__
         ) from e
+
+
+def reference_raised_message(label: str, exc: BaseException) -> str:
+    """Which side raised (the reference named by ``label``) and what it means for users."""
+    from .isolation import describe_exception
+
+    if "float64" in label or "finite differences" in label:
+        meaning = (
+            "The Function fails on the float64 copies of the sample that finite differences "
+            "evaluate"
+        )
+    elif "vjp" in label or "backward" in label:
+        meaning = (
+            "Eager backward of the Function (torch.autograd.grad, .backward()) fails for its users"
+        )
+    else:
+        meaning = ""
+    return (
+        f"the reference raised, not the transform under test: the {label} raised "
+        f"{describe_exception(exc)}." + (f" {meaning}." if meaning else "")
+    )
 
 
 # --- findings ------------------------------------------------------------------------------

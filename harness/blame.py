@@ -91,11 +91,11 @@ def blamed(exc: BaseException, where: str) -> tuple[str, str]:
     return "error", f"{where}: the Function raised {describe_exception(exc)}"
 
 
-def blamed_reference(exc: BaseException) -> tuple[str, str]:
+def blamed_reference(exc: BaseException, where: str) -> tuple[str, str]:
     """(status, message) when a reference raised: its cause may still be the suite's own bug."""
     cause = exc.__cause__
     if cause is not None:
         blame = classify(cause)
         if blame.internal:
-            return "internal", internal_message(blame.where, str(exc))
-    return "error", str(exc)
+            return "internal", internal_message(blame.where, f"{where}: {exc}")
+    return "error", f"{where}: {exc}"

@@ -229,7 +229,7 @@ def _reference_raised(
     except Exception as e:
         ran = f"the transform under test also raised {describe_exception(e)}"
     return (
-        f"{label}: the reference raised, not the transform under test: the "
+        "the reference raised, not the transform under test: the "
         f"{reference_name or 'reference'} raised {describe_exception(exc)}. "
         f"{meaning + '; ' if meaning else ''}{ran}, but without a reference this case "
         "compares nothing"

@@ -262,7 +262,8 @@ def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResul
             where = f"{case.check} {case.plan.id}" if case.plan else case.check
             result.status, result.message = ERROR, f"{where}: {e}"
         except ReferenceRaised as e:
-            result.status, result.message = blamed_reference(e)
+            where = f"{case.check} {case.plan.id}" if case.plan else case.check
+            result.status, result.message = blamed_reference(e, where)
         except CaseTimeout as e:
             result.status, result.message = TIMEOUT, str(e)
         except SystemExit as e:

@@ -285,3 +285,25 @@ def test_the_same_function_on_a_small_sample_passes_jacrev():
         vf.Double, vf.plain_samples, dtype=torch.float64, checks=["jacrev", "jacfwd"]
     )
     assert {c.status for c in result.cases} == {"pass"}
+
+
+def test_a_finite_difference_reference_that_raises_says_so():
+    result = harness.check(vf.Float32Only, vf.plain_samples, dtype=torch.float32, checks=["jvp"])
+    (case,) = result.cases
+    assert case.status == "error"
+    assert case.message.startswith(
+        "jvp: the reference raised, not the transform under test: the finite differences "
+        "(reference, float64 forward) raised TypeError: Float32Only supports float32 only"
+    ), case.message
+    assert "fails on the float64 copies of the sample" in case.message
+
+
+def test_a_bug_in_the_suites_reference_code_is_internal(monkeypatch):
+    import harness.first_order as fo
+    from harness.pytrees import describe_structure
+
+    monkeypatch.setattr(fo.fd, "directional", describe_structure)  # a wrong call
+    result = harness.check(vf.Double, vf.plain_samples, dtype=torch.float64, checks=["jvp"])
+    (case,) = result.cases
+    assert case.status == "internal", case.message
+    assert case.message.startswith("internal error of the suite at harness/autodiff_refs.py:")

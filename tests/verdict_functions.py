@@ -176,3 +176,13 @@ def huge_samples(seed: int) -> list[tuple[torch.Tensor]]:
     """One 1e7-element sample: its full Jacobian would need 800 TB."""
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(10_000_000, generator=gen, dtype=torch.float32),)]
+
+
+class Float32Only(Double):
+    """2x that refuses float64 (a kernel written for float32 only)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            raise TypeError(f"Float32Only supports float32 only, got {x.dtype}")
+        return 2 * x
