@@ -370,13 +370,15 @@ def differentiable(args):
 
 
 def restricted(args, idx):
-    """f of the differentiable arguments only (the others fixed), returning its float outputs."""
+    """f of the differentiable arguments only (the others fixed), returning its float outputs
+    (top-level ones: autograd does not track tensors nested in a container of the outputs)."""
 
     def f(*xs):
         full = list(args)
         for i, x in zip(idx, xs):
             full[i] = x
-        outs = as_tuple(CALL(*full))
+        out = CALL(*full)
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
         return tuple(o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
 
     return f

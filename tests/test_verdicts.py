@@ -307,3 +307,20 @@ def test_a_bug_in_the_suites_reference_code_is_internal(monkeypatch):
     (case,) = result.cases
     assert case.status == "internal", case.message
     assert case.message.startswith("internal error of the suite at harness/autodiff_refs.py:")
+
+
+@pytest.mark.parametrize("name, rc", [("NormWithStats", 0), ("NormWithStatsWrongJvp", 1)])
+def test_autodiff_repro_of_a_pytree_function_treats_nested_stats_as_non_differentiable(
+    name, rc, tmp_path, capsys
+):
+    script = tmp_path / "repro.py"
+    target = [f"{VF}:{name}", "--samples", f"{VF}:norm_samples", "--dtype", "float64"]
+    assert main(["repro", f"{name}/jvp/s0", *target, "-o", str(script)]) == 0
+    capsys.readouterr()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-I", str(script)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    if rc:
+        assert "REPRODUCED" in proc.stdout and "output 0" in proc.stdout

@@ -186,3 +186,11 @@ class Float32Only(Double):
         if x.dtype != torch.float32:
             raise TypeError(f"Float32Only supports float32 only, got {x.dtype}")
         return 2 * x
+
+
+class NormWithStatsWrongJvp(NormWithStats):
+    """Planted bug: the jvp forgets to subtract the mean of the tangent."""
+
+    @staticmethod
+    def jvp(ctx: Any, t: torch.Tensor) -> Any:
+        return t.clone(), None
