@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.testing._comparison import default_tolerances
 
 from .checks import NonFiniteSample
 from .pytrees import describe_structure, leaf_names, leaves, spec_names
@@ -30,8 +31,8 @@ def compare_tensors(
     actual: torch.Tensor,
     expected: torch.Tensor,
     *,
-    rtol: float,
-    atol: float,
+    rtol: float | None,
+    atol: float | None,
     label: str,
     check_dtype: bool = True,
     finite_reference: bool = True,
@@ -42,7 +43,8 @@ def compare_tensors(
     NaN equal to NaN); integer and bool values compare exactly. The message shows the worst
     mismatch: its index, both values, the absolute error and (where the reference is not 0)
     the relative error. A reference with NaN or infinite values makes the comparison
-    vacuous: ``NonFiniteSample`` is raised (unless ``finite_reference=False``).
+    vacuous: ``NonFiniteSample`` is raised (unless ``finite_reference=False``). ``rtol`` or
+    ``atol`` None takes ``torch.testing.assert_close``'s default for the two dtypes.
     """
     if actual.shape != expected.shape:
         return f"{label}: shape {tuple(actual.shape)}, reference {tuple(expected.shape)}"
@@ -52,6 +54,10 @@ def compare_tensors(
         return f"{label}: device {actual.device}, reference {expected.device}"
     if actual.numel() == 0:
         return None
+    if rtol is None or atol is None:  # torch.testing.assert_close's defaults for the dtypes
+        default_rtol, default_atol = default_tolerances(actual, expected)
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
     a = actual.detach().cpu()
     e = expected.detach().cpu()
     if not (a.is_floating_point() or a.is_complex()) and not (

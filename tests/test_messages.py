@@ -208,3 +208,15 @@ class TestUsageErrors(expecttest.TestCase):
 afdb check: error: unknown check 'vmapp'; known checks: vmap, vmap_nested, vmap_chunked, contract, jvp, vjp, grad_of_vmap, vmap_of_vjp, vmap_of_jvp, jvp_of_vjp, vjp_of_vjp, jacrev, jacfwd
 afdb check: error: TARGET: ROOT/examples/rotations.py has no attribute 'NoSuchThing'; it defines BrokenRotatePoints, RotatePoints, annotations, np, random_rotation, rotation_samples, torch""",
         )
+
+
+class TestDefaults(expecttest.TestCase):
+    def test_no_stated_tolerance_takes_assert_close_defaults(self) -> None:
+        a = torch.tensor([1.0, 2.0])
+        inside = compare_tensors(a + 1e-6, a, rtol=None, atol=None, label="L")
+        outside = compare_tensors(a + 1e-4, a, rtol=None, atol=None, label="L")
+        self.assertIsNone(inside)
+        self.assertExpectedInline(
+            str(outside),
+            """L: 2 of 2 values outside tolerance; worst at (0): got 1.0001, reference 1, abs error 0.0001, rel error 0.0001; rtol=1.3e-06, atol=1e-05""",
+        )

@@ -55,6 +55,16 @@ def test_wrong_variance_under_vmap_fails_naming_the_leaf_path():
     assert all(c.status == "pass" for c in result.cases if c.check == "contract")
 
 
+def test_wrong_jvp_of_the_pytree_function_fails_on_its_tensor_output():
+    result = harness.check(
+        vf.NormWithStatsWrongJvp, vf.norm_samples, dtype=torch.float64, checks=["jvp", "vjp"]
+    )
+    status = {c.check: c for c in result.cases}
+    assert status["vjp"].status == "pass"
+    assert status["jvp"].status == "fail"
+    assert "tangent of output 0, torch.func.jvp (the Function's jvp)" in status["jvp"].message
+
+
 def test_rule_returning_a_wrong_structure_fails_the_contract():
     class DropsStats(vf.NormWithStats):
         @staticmethod
