@@ -152,6 +152,11 @@ def derive_seed(*parts):
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def sample_seed(*parts):
+    """The seed a sample callable receives: derive_seed below 2**31 (numpy-safe)."""
+    return derive_seed(*parts) % 2**31
+
+
 _cache = {}
 
 
@@ -161,7 +166,7 @@ def slice_args(path=()):
     while key and key[-1] == 0:
         key = key[:-1]
     if key not in _cache:
-        _cache[key] = samples_for(derive_seed(SEED, ENTRY_NAME, "slice", key))[SAMPLE_INDEX]
+        _cache[key] = samples_for(sample_seed(SEED, ENTRY_NAME, "slice", key))[SAMPLE_INDEX]
     return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in _cache[key])
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from autograd_function_db.entry import Entry, Sample
 
-from .batching import ArgLayout, Plan, SliceSource, derive_seed
+from .batching import ArgLayout, Plan, SliceSource, sample_seed
 from .checks import CaseContext, CheckFailure, Unsupported, check_names, get_check
 from .isolation import (
     CaseTimeout,
@@ -76,7 +76,7 @@ class EntryData:
         return (self.options.seed, self.entry.name)
 
     def base_samples(self) -> tuple[Sample, ...]:
-        return self._draw(derive_seed(*self.seed_parts, "slice", ()))
+        return self._draw(sample_seed(*self.seed_parts, "slice", ()))
 
     def slices(self, sample_index: int) -> SliceSource:
         return SliceSource(self._draw, sample_index, self.seed_parts)

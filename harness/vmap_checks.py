@@ -312,7 +312,9 @@ def _single(layout: ArgLayout, options: Options) -> list[Plan | None]:
 
 
 def _nested(layout: ArgLayout, options: Options) -> list[Plan | None]:
-    return list(nested_plans(layout, options.nested_batch_sizes))
+    return list(
+        nested_plans(layout, options.nested_batch_sizes, cap=options.plan_cap, seed=options.seed)
+    )
 
 
 def _chunked(layout: ArgLayout, options: Options) -> list[Plan | None]:

@@ -39,16 +39,27 @@ def test_single_level_plans_are_exhaustive_when_small():
     assert outs == {0, -1, "mid"}
 
 
-def test_single_level_plans_cover_above_the_cap():
-    plans = single_level_plans(layout(3, 3, 3, 3), cap=16, seed=1)
+def test_single_level_plans_cover_every_pair_above_the_cap():
+    plans = single_level_plans(layout(3, 3, 3, 3, 3), cap=16, seed=1)
     in_dims = [p.levels[0].in_dims for p in plans if p.levels[0].out_dims == 0]
-    assert len(in_dims) == 16 and len(set(in_dims)) == 16
-    assert all(p.strategy == "covering" for p in plans)
-    assert (0, 0, 0, 0) in in_dims and (-1, -1, -1, -1) in in_dims and (2, 2, 2, 2) in in_dims
-    for i in range(4):  # each argument alone unbatched, others at 0
-        assert tuple(None if j == i else 0 for j in range(4)) in in_dims
-    again = single_level_plans(layout(3, 3, 3, 3), cap=16, seed=1)
-    assert [p.id for p in again] == [p.id for p in plans]  # deterministic
+    assert len(set(in_dims)) == len(in_dims) < 4**5 - 1
+    assert all(p.strategy == "pairwise" for p in plans)
+    assert in_dims[0] == (0, 0, 0, 0, 0)
+    positions = (None, 0, 2, -1)
+    for a in range(5):  # every pair of (argument a at p, argument b at q) occurs
+        for b in range(a + 1, 5):
+            for p in positions:
+                for q in positions:
+                    assert any(d[a] == p and d[b] == q for d in in_dims), (a, p, b, q)
+    again = single_level_plans(layout(3, 3, 3, 3, 3), cap=16, seed=1)
+    assert [p.id for p in again] == [p.id for p in plans]  # deterministic from the seed
+    other = single_level_plans(layout(3, 3, 3, 3, 3), cap=16, seed=2)
+    assert [p.id for p in other] != [p.id for p in plans]
+
+
+def test_pairwise_plans_grow_slowly_with_the_argument_count():
+    counts = [len(single_level_plans(layout(*[2] * n))) for n in (3, 8)]
+    assert counts[1] < 2 * counts[0]  # 4**8 combinations, yet well under 2x the plans of 3
 
 
 def test_linked_arguments_are_batched_together():
