@@ -36,6 +36,7 @@ class ScaleShiftPair(torch.autograd.Function):
         ctx.save_for_backward(scale)
         ctx.save_for_forward(scale)
         ctx.x_shape = inputs[0].shape
+        ctx.out_shape = output.shape
 
     @staticmethod
     def backward(ctx, g):
@@ -45,7 +46,8 @@ class ScaleShiftPair(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_t, _pair_t):
         (scale,) = ctx.saved_tensors
-        return x_t * scale
+        # The output may be larger than x (a batched shift under vmap with x unbatched).
+        return (x_t * scale).expand(ctx.out_shape)
 
     @staticmethod
     def vmap(info, in_dims, x, pair):
@@ -75,6 +77,7 @@ class ScaleShiftDict(torch.autograd.Function):
         ctx.save_for_backward(scale)
         ctx.save_for_forward(scale)
         ctx.x_shape = inputs[0].shape
+        ctx.out_shape = output.shape
 
     @staticmethod
     def backward(ctx, g):
@@ -84,7 +87,8 @@ class ScaleShiftDict(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_t, _params_t):
         (scale,) = ctx.saved_tensors
-        return x_t * scale
+        # The output may be larger than x (a batched shift under vmap with x unbatched).
+        return (x_t * scale).expand(ctx.out_shape)
 
     @staticmethod
     def vmap(info, in_dims, x, params):

@@ -66,7 +66,9 @@ from .checks import (
 from .composites import (
     _composite_plans,
     _grad_of_vmap_plans,
+    _jvp_of_vmap_plans,
     run_grad_of_vmap,
+    run_jvp_of_vmap,
     run_vmap_of_jvp,
     run_vmap_of_vjp,
 )
@@ -152,6 +154,15 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         _first(needs_vmap, _needs_backward),
         LOOP_VJP_REFERENCE,
         "torch.func.vjp(vmap(f)) against per-slice eager vjps (unbatched inputs summed)",
+    ),
+    (
+        "jvp_of_vmap",
+        run_jvp_of_vmap,
+        _jvp_of_vmap_plans,
+        _first(needs_vmap, _needs_jvp),
+        LOOP_JVP_REFERENCE,
+        "torch.func.jvp(vmap(f)): forward mode through the vmap rule, tangents batched like "
+        "their primals, against per-slice eager jvps",
     ),
     (
         "vmap_of_vjp",

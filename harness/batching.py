@@ -424,7 +424,7 @@ def dim_choices(rank: int) -> list[int]:
     return out
 
 
-def _unit_choices(
+def unit_choices(
     layout: ArgLayout, unit: tuple[Address, ...], extra: int = 0
 ) -> list[dict[Address, Any]]:
     """The positions of one unit: None, 0, interior, -1 (every member at the same kind).
@@ -474,7 +474,7 @@ def _level_rows(
     layout: ArgLayout, *, extra: int = 0, cap: int, seed: int
 ) -> tuple[list[tuple[Any, ...]], str]:
     """The in_dims of one level's plans (a batched unit in each) and the strategy used."""
-    per_unit = [_unit_choices(layout, u, extra) for u in layout.units()]
+    per_unit = [unit_choices(layout, u, extra) for u in layout.units()]
     if not per_unit:
         return [], EXHAUSTIVE
 

@@ -114,6 +114,7 @@ CATALOGUE_ORDER = (
     "jvp",
     "vjp",
     "grad_of_vmap",
+    "jvp_of_vmap",
     "vmap_of_vjp",
     "vmap_of_jvp",
     "jvp_of_vjp",
