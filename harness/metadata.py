@@ -68,6 +68,7 @@ def run_metadata(
         "nested_batch_sizes": list(options.nested_batch_sizes),
         "chunk": list(options.chunk),
         "batch_size_note": options.batch_size_note,
+        "slice_note": options.slice_note,
         "plan_strategy": (
             f"one level: exhaustive up to {options.plan_cap} in_dims plans per sample, pairwise "
             "beyond (a strength-2 covering array over each tensor leaf's positions None, 0, "

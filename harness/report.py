@@ -178,6 +178,8 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
     ]
     if md.get("batch_size_note"):
         rows.append(("batch size note", str(md["batch_size_note"])))
+    if md.get("slice_note"):
+        rows.append(("identical slices", str(md["slice_note"])))
     if md.get("expectations"):
         rows.append(("expectations", str(md["expectations"])))
     lines = ["| run | |", "|---|---|"]

@@ -28,6 +28,8 @@ VMAP_CHECKS = ("vmap", "vmap_nested", "vmap_chunked", "contract")
 def _user_loader(spec: Any, entry: Entry) -> str:
     samples_expr = "load(SAMPLES_SPEC)" if spec.samples else "_samples_attr()"
     seeded = bool(getattr(entry.samples, "user_seeded", True))
+    diversity = getattr(entry.samples, "diversity", None)
+    keep = {k: tuple(sorted(v)) for k, v in diversity.keep.items()} if diversity else {}
     target = _portable(spec._resolved(spec.target))
     samples = _portable(spec._resolved(spec.samples)) if spec.samples else None
     return f'''
@@ -36,6 +38,9 @@ SAMPLES_SPEC = {samples!r}
 #: Whether the samples callable takes a seed (called once per slice) or not
 #: (called once, floating data perturbed per slice), as the harness decided.
 SEEDED = {seeded!r}
+#: Per sample, the integer/bool arguments kept identical in every slice (the Function's
+#: forward refused them shuffled).
+KEEP = {keep!r}
 
 
 def load(spec):
@@ -79,17 +84,25 @@ def _samples_attr():
 SAMPLES = {samples_expr}
 
 
-def perturbed(args, seed):
+def perturbed(args, seed, keep=()):
+    """Seeded noise on floating tensors, a shuffle of integer/bool tensors (except the
+    arguments in keep), as the harness varies slices of samples without a seed."""
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()):
+    shuffle_gen = torch.Generator().manual_seed((seed * 31 + 7) % 2**63)
+
+    def one(i, a):
+        if not isinstance(a, torch.Tensor):
+            return a
+        if a.is_floating_point() or a.is_complex():
             noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
             scale = float(a.detach().abs().mean()) if a.numel() else 1.0
-            out.append((a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype))
-        else:
-            out.append(a)
-    return tuple(out)
+            return (a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype)
+        if i in keep or a.numel() < 2:
+            return a
+        flat = a.detach().flatten()
+        return flat[torch.randperm(flat.numel(), generator=shuffle_gen)].reshape(a.shape)
+
+    return tuple(map_leaves(a, lambda _k, v, i=i: one(i, v)) for i, a in enumerate(args))
 
 
 def cast(args):
@@ -118,7 +131,10 @@ def samples_for(seed):
     if SEEDED:
         return [cast(as_args(s)) for s in SAMPLES(seed)]
     base = [as_args(s) for s in SAMPLES()]
-    return [cast(perturbed(a, derive_seed("perturb", seed)) if seed else a) for a in base]
+    return [
+        cast(perturbed(a, derive_seed("perturb", seed), KEEP.get(k, ())) if seed else a)
+        for k, a in enumerate(base)
+    ]
 '''
 
 

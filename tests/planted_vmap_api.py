@@ -128,3 +128,80 @@ class RowScaleViews(RowScale):
 def row_samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
     m = Maker(seed, dtype, device)
     return [Sample((m.randn(4, 5), m.randn(4, 5)), "4x5")]
+
+
+# --- 4. a batched index: example 0 used for the whole batch --------------------------------
+
+
+class Gather(torch.autograd.Function):
+    """x[idx] along dim 0 (idx a 1-d int64 index)."""
+
+    @staticmethod
+    def forward(x, idx):
+        return x.index_select(0, idx)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, idx = inputs
+        ctx.save_for_backward(idx)
+        ctx.rows = x.shape[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        (idx,) = ctx.saved_tensors
+        return g.new_zeros(ctx.rows, *g.shape[1:]).index_add(0, idx, g), None
+
+    @staticmethod
+    def vmap(info, in_dims, x, idx):
+        x_bdim, i_bdim = in_dims
+        x = front(x, x_bdim, info.batch_size)
+        idx = Gather.batch_index(info, idx, i_bdim)
+        rows = torch.arange(info.batch_size, device=x.device)[:, None]
+        return x[rows, idx], 0
+
+    @staticmethod
+    def batch_index(info, idx, i_bdim):
+        return front(idx, i_bdim, info.batch_size)
+
+
+class GatherFirstIndex(Gather):
+    """Uses example 0 of a batched index for every element of the batch."""
+
+    @staticmethod
+    def batch_index(info, idx, i_bdim):
+        if i_bdim is None:
+            return idx.expand(info.batch_size, *idx.shape)
+        return idx.select(i_bdim, 0).expand(info.batch_size, *idx.select(i_bdim, 0).shape)
+
+    @staticmethod
+    def vmap(info, in_dims, x, idx):
+        x_bdim, i_bdim = in_dims
+        x = front(x, x_bdim, info.batch_size)
+        idx = GatherFirstIndex.batch_index(info, idx, i_bdim)
+        rows = torch.arange(info.batch_size, device=x.device)[:, None]
+        return x[rows, idx], 0
+
+
+class SortedGather(Gather):
+    """Refuses an index that is not sorted (so the suite cannot shuffle it)."""
+
+    @staticmethod
+    def forward(x, idx):
+        if bool((idx[1:] < idx[:-1]).any()):
+            raise ValueError("SortedGather needs a sorted index")
+        return x.index_select(0, idx)
+
+
+def front(t: torch.Tensor, bdim: int | None, batch_size: int) -> torch.Tensor:
+    return t.expand(batch_size, *t.shape) if bdim is None else t.movedim(bdim, 0)
+
+
+def gather_samples():
+    """No seed parameter: the suite varies the slices itself."""
+    gen = torch.Generator().manual_seed(0)
+    return [(torch.randn(5, 4, generator=gen), torch.tensor([4, 0, 3, 1, 1, 2]))]
+
+
+def sorted_gather_samples():
+    gen = torch.Generator().manual_seed(0)
+    return [(torch.randn(5, 4, generator=gen), torch.tensor([0, 1, 1, 3, 4, 4]))]

@@ -4,10 +4,14 @@ Each planted bug is flagged by the named check and its correct twin passes."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
+import harness
 from autograd_function_db.containers import ScaleShiftPair, pair_samples
 from autograd_function_db.entry import entry
+from autograd_function_db.numpy_ops import NumpyMul
 from harness.options import Options
 from harness.runner import run_entries
 from tests import planted_vmap_api as pa
@@ -46,3 +50,46 @@ def test_planted_bug_is_flagged_and_twin_passes(planted, twin, samples, check, w
     assert twin_results and all(r.status == "pass" for r in twin_results), [
         (r.id, r.message) for r in twin_results if r.status != "pass"
     ]
+
+
+# --- distinct slices for integer arguments, numpy-safe seeds ---------------------------------
+
+
+def test_batched_index_without_a_seed_gets_distinct_slices():
+    flagged = harness.check(pa.GatherFirstIndex, pa.gather_samples, checks=["vmap"])
+    bad = [c for c in flagged.cases if c.status in BAD]
+    assert bad and all("in_dims=(" in c.id for c in bad)
+    assert any(",0)" in c.id or ",-1)" in c.id for c in bad)  # the index batched
+    twin = harness.check(pa.Gather, pa.gather_samples, checks=["vmap", "contract"])
+    assert twin.ok and twin.cases, [(c.id, c.message) for c in twin.failures()]
+    assert not twin.metadata.get("slice_note")
+
+
+def test_an_index_the_forward_refuses_shuffled_stays_identical_and_the_report_says_so(tmp_path):
+    result = harness.check(pa.SortedGather, pa.sorted_gather_samples, checks=["vmap"])
+    assert result.ok, [(c.id, c.message) for c in result.failures()]
+    note = result.metadata["slice_note"]
+    assert (
+        "argument 1 is the same in every slice: a rule that mixes its slices would go "
+        "unnoticed; give the samples a seed parameter"
+    ) in note
+    assert "argument 0" not in note  # floating data is varied as before
+    from harness.report import to_markdown
+
+    assert "argument 1 is the same in every slice" in to_markdown(result)
+
+
+def test_seeds_handed_to_samples_suit_numpy_and_arithmetic():
+    seen = []
+
+    def samples(seed):
+        seen.append(seed)
+        rs = np.random.RandomState(seed)  # raises for seeds >= 2**32
+        torch.manual_seed(seed * 7919 + 1)  # overflowed for 63-bit seeds
+        x = torch.as_tensor(rs.standard_normal(5))
+        return [(x, torch.randn(5, dtype=torch.float64))]
+
+    result = harness.check(NumpyMul, samples, checks=["vmap"])
+    assert result.ok and result.cases, [(c.id, c.message) for c in result.failures()]
+    assert seen and all(0 <= s < 2**31 for s in seen)
+    assert len(set(seen)) > 1  # still derived per slice
