@@ -430,6 +430,7 @@ RUN_OPTIONS = frozenset(
         "tolerances",
         "timeout_s",
         "plan_cap",
+        "hazard_probe",
     }
 )
 
@@ -451,7 +452,8 @@ def check(
 
     ``options`` are ``prepare``'s keywords: ``checks``, ``batch_sizes``,
     ``nested_batch_sizes``, ``seed``, ``dtype``, ``device``, ``name``, ``gradient``
-    ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``, and
+    ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``,
+    ``hazard_probe`` (True adds the vmap_hazard pass), and
     capabilities that override what is read from the class (``inplace_args=(0,)``,
     ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
     ``expectations`` is a path to an expectations file (or a parsed one).
@@ -519,6 +521,7 @@ def prepare(
     tolerances: Tolerances | None = None,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     plan_cap: int = 16,
+    hazard_probe: bool = False,
     **capabilities: Any,
 ) -> tuple[Entry, Options]:
     """The entry and options ``check`` runs with: samples validated, batch sizes chosen."""
@@ -543,6 +546,7 @@ def prepare(
         device=device,
         timeout_s=timeout_s,
         plan_cap=plan_cap,
+        hazard_probe=bool(hazard_probe),
     )
     if batch_sizes is not None:
         sizes = _sizes(batch_sizes, "batch_sizes")

@@ -357,6 +357,8 @@ class ArgLayout:
     #: Per argument: None, or for a tuple/list/dict argument its skeleton holding each
     #: tensor leaf's rank (None at plain-value leaves).
     trees: tuple[Any, ...] = ()
+    #: Distinct dim sizes of the sample's tensors (for the hazard probe).
+    sizes: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, sample: Sample, linked: tuple[tuple[int, ...], ...] = ()) -> ArgLayout:
@@ -365,7 +367,7 @@ class ArgLayout:
         layout = cls(ranks, (), trees)
         has_tensor = {a[0] for a in layout.addresses()}
         linked = tuple(tuple(i for i in g if i in has_tensor) for g in linked)
-        return cls(ranks, tuple(g for g in linked if g), trees)
+        return cls(ranks, tuple(g for g in linked if g), trees, sample_sizes(sample))
 
     def _tree(self, i: int) -> Any:
         return self.trees[i] if i < len(self.trees) else None
@@ -603,4 +605,63 @@ def chunked_plans(layout: ArgLayout, batch_size: int = 3, chunk_size: int = 2) -
         if plan.id not in seen:
             seen.add(plan.id)
             plans.append(plan)
+    return plans
+
+
+# --- the hazard probe ---------------------------------------------------------------------
+
+#: At most this many distinct sample dim sizes become hazard batch sizes.
+HAZARD_SIZES_MAX = 3
+
+
+@dataclass(frozen=True)
+class HazardPlan(Plan):
+    """A plan whose batch size equals a sample dim size (the id says ``hazard=N``)."""
+
+    hazard: int = 0
+
+    @property
+    def id(self) -> str:
+        return f"{Plan.id.fget(self)},hazard={self.hazard}"  # type: ignore[attr-defined]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["id"] = self.id
+        d["hazard"] = self.hazard
+        return d
+
+
+def sample_sizes(sample: Sample) -> tuple[int, ...]:
+    """Distinct dim sizes of every tensor leaf of a sample, sorted."""
+    return tuple(
+        sorted(
+            {
+                s
+                for a in sample.args
+                for _, t in leaves(a)
+                if isinstance(t, torch.Tensor)
+                for s in t.shape
+            }
+        )
+    )
+
+
+def hazard_plans(layout: ArgLayout, sizes: Sequence[int]) -> list[Plan]:
+    """For each distinct sample size >= 2 (up to a few), one level at that batch size with every
+    leaf at an interior dim, then at the last dim: a rule that finds the batch dim by its size
+    (``list(x.shape).index(info.batch_size)``) then picks a sample dim instead."""
+    if not layout.units():
+        return []
+    plans: list[Plan] = []
+    seen: set[str] = set()
+    for n in [s for s in sizes if s >= 2][:HAZARD_SIZES_MAX]:
+        mid: dict[Address, Any] = {}
+        for a in layout.addresses():
+            opts = dim_choices(layout.rank(a))
+            mid[a] = opts[1] if len(opts) == 3 else opts[-1]
+        for assignment in (mid, layout.uniform(-1)):
+            plan = HazardPlan((LevelPlan(n, layout.in_dims(assignment)),), "hazard", n)
+            if plan.id not in seen:
+                seen.add(plan.id)
+                plans.append(plan)
     return plans

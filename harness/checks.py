@@ -110,6 +110,7 @@ CATALOGUE_ORDER = (
     "vmap",
     "vmap_nested",
     "vmap_chunked",
+    "vmap_hazard",
     "contract",
     "jvp",
     "vjp",

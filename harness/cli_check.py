@@ -314,6 +314,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
         options = options.replace(device=args.device)
     if args.plan_cap:
         options = options.replace(plan_cap=args.plan_cap)
+    if ",hazard=" in args.case_id:  # a hazard-probe case exists only with the probe on
+        options = options.replace(hazard_probe=True)
     from .cli import parse_int_list
 
     if args.batch_size:

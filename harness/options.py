@@ -33,6 +33,8 @@ class Options:
     batch_size_note: str = ""
     #: Set when some argument is the same in every slice (samples without a seed).
     slice_note: str = ""
+    #: Opt-in: the vmap_hazard pass (batch sizes equal to sample dims).
+    hazard_probe: bool = False
 
     def hazard_sizes(self) -> tuple[int, ...]:
         sizes = {*self.batch_sizes, *self.nested_batch_sizes, *self.chunk}
@@ -54,6 +56,7 @@ class Options:
             "timeout_s": self.timeout_s,
             "batch_size_note": self.batch_size_note,
             "slice_note": self.slice_note,
+            "hazard_probe": self.hazard_probe,
         }
 
     @classmethod
@@ -70,4 +73,5 @@ class Options:
             timeout_s=d.get("timeout_s"),
             batch_size_note=d.get("batch_size_note", ""),
             slice_note=d.get("slice_note", ""),
+            hazard_probe=bool(d.get("hazard_probe", False)),
         )

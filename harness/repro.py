@@ -22,7 +22,7 @@ from autograd_function_db.entry import Entry
 from .options import Options
 from .runner import Case
 
-VMAP_CHECKS = ("vmap", "vmap_nested", "vmap_chunked", "contract")
+VMAP_CHECKS = ("vmap", "vmap_nested", "vmap_chunked", "vmap_hazard", "contract")
 
 
 def _user_loader(spec: Any, entry: Entry) -> str:

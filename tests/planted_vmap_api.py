@@ -205,3 +205,40 @@ def gather_samples():
 def sorted_gather_samples():
     gen = torch.Generator().manual_seed(0)
     return [(torch.randn(5, 4, generator=gen), torch.tensor([0, 1, 1, 3, 4, 4]))]
+
+
+# --- 6. a rule that finds the batch dim by its size ----------------------------------------
+
+
+class FindsBatchBySize(torch.autograd.Function):
+    """2 * x; the rule ignores in_dims and looks for a dim of size info.batch_size."""
+
+    @staticmethod
+    def forward(x):
+        return 2 * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        bdim = list(x.shape).index(info.batch_size)
+        return FindsBatchBySize.apply(x.movedim(bdim, 0)), 0
+
+
+class UsesInDims(FindsBatchBySize):
+    """The correct twin: the batch dim is the one in_dims names."""
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return UsesInDims.apply(x.movedim(in_dims[0], 0)), 0
+
+
+def matrix_samples(seed: int) -> list[Sample]:
+    """A user's samples: dims 4 and 5 (the suite's own batch sizes avoid them)."""
+    return [Sample((Maker(seed, torch.float32, "cpu").randn(4, 5),), "4x5")]

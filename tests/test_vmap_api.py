@@ -93,3 +93,45 @@ def test_seeds_handed_to_samples_suit_numpy_and_arithmetic():
     assert result.ok and result.cases, [(c.id, c.message) for c in result.failures()]
     assert seen and all(0 <= s < 2**31 for s in seen)
     assert len(set(seen)) > 1  # still derived per slice
+
+
+# --- the hazard probe --------------------------------------------------------------------
+
+
+def test_hazard_probe_catches_a_rule_that_finds_the_batch_by_size(tmp_path):
+    quiet = harness.check(pa.FindsBatchBySize, pa.matrix_samples, checks=["vmap", "vmap_hazard"])
+    assert quiet.ok and not [c for c in quiet.cases if c.check == "vmap_hazard"]  # off by default
+    probed = harness.check(
+        pa.FindsBatchBySize, pa.matrix_samples, checks=["vmap_hazard"], hazard_probe=True
+    )
+    ids = [c.id for c in probed.cases]
+    assert ids and all(",hazard=" in i for i in ids)
+    assert {i.rsplit("hazard=", 1)[1] for i in ids} == {"4", "5"}  # each sample dim size
+    assert any(c.status in BAD for c in probed.cases)
+    from harness.report import to_markdown
+
+    text = to_markdown(probed)
+    assert "## Hazard probe" in text and "hazard=" in text
+    twin = harness.check(pa.UsesInDims, pa.matrix_samples, checks=["vmap_hazard"], hazard_probe=True)
+    assert twin.ok and twin.cases, [(c.id, c.message) for c in twin.failures()]
+
+
+def test_hazard_probe_on_the_command_line(tmp_path, capsys):
+    from harness.cli import main
+
+    out = tmp_path / "r.md"
+    rc = main(
+        [
+            "run",
+            "NumpyCube",
+            "ScaleShiftPair",
+            "--checks",
+            "vmap_hazard",
+            "--hazard-probe",
+            "--markdown",
+            str(out),
+            "-q",
+        ]
+    )
+    assert rc == 0, capsys.readouterr()
+    assert "## Hazard probe" in out.read_text()
