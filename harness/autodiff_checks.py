@@ -23,10 +23,8 @@ directional differences (``d<g, w>/dx`` is the derivative of ``g`` along ``w``, 
 ``d<g, w>/dc = J w``); a ``custom`` entry gets the full FD Jacobian of ``g`` (or the
 identity with random directions when it is large).
 
-Plans of the composite checks (``CompositePlan``): the Function's in_dims from the
-single-level plan strategy with the cotangents/tangents batched at 0, then the
-extras at -1, the extras alone (arguments unbatched: the vmap rule is not
-called), the arguments alone (extras unbatched) and one nested plan. Ids read
+Plans of the composite checks: see ``harness.composites`` (pairwise covering arrays
+over the arguments and, for vmap_of_vjp/vmap_of_jvp, the cotangents/tangents). Ids read
 ``in_dims=(0,None),cotangents=0``.
 
 Contract sub-checks run in every case: the inputs are unchanged afterwards

@@ -1,10 +1,12 @@
-"""Autodiff composed with vmap: ``grad_of_vmap``, ``vmap_of_vjp``, ``vmap_of_jvp``.
+"""Autodiff composed with vmap: ``grad_of_vmap``, ``jvp_of_vmap``, ``vmap_of_vjp``, ``vmap_of_jvp``.
 
-Plans (``CompositePlan``): the Function's in_dims from the single-level plan strategy with
-the cotangents/tangents batched at 0, then the extras at -1, the extras alone (arguments
-unbatched: the vmap rule is not called), the arguments alone (extras unbatched) and one
-nested plan. Ids read ``in_dims=(0,None),cotangents=0``. References are loops of
-per-slice eager calls, which never run a vmap rule.
+Plans: ``grad_of_vmap`` and ``jvp_of_vmap`` take the single-level strategy (exhaustive up
+to the composite cap, pairwise beyond) and one nested plan. ``vmap_of_vjp`` and
+``vmap_of_jvp`` (``CompositePlan``) put the cotangents/tangents in the covering array as
+one more unit at None, 0 or -1, so every pair of (argument position, argument position)
+and (argument position, extras position) occurs; then out_dims=-1 and one nested plan.
+Ids read ``in_dims=(0,None),cotangents=0``. References are loops of per-slice eager
+calls, which never run a vmap rule.
 """
 
 from __future__ import annotations
