@@ -163,10 +163,10 @@ def _perturbed(sample: Sample, seed: int, keep: frozenset[int] = frozenset()) ->
             return a
         return _shuffled(a, shuffle_gen)
 
-    return Sample(
-        tuple(map_leaves(a, lambda _k, v, i=i: one(i, v)) for i, a in enumerate(sample.args)),
-        sample.name,
-    )
+    def per_arg(i: int, a: Any) -> Any:
+        return map_leaves(a, lambda _k, v: one(i, v))
+
+    return Sample(tuple(per_arg(i, a) for i, a in enumerate(sample.args)), sample.name)
 
 
 #: How a slice with identical data is reported (the issue's words, per argument).
@@ -320,7 +320,7 @@ def make_entry(
     return Entry(
         name=name or cls.__name__,
         function=cls,
-        samples=user_sample_fn(samples, function if op is not None else cls.apply),
+        samples=user_sample_fn(samples, function if op is not None else cls.apply),  # type: ignore[attr-defined]
         op=op,
         caps=caps,
         tolerances=tolerances or Tolerances(),

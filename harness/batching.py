@@ -405,9 +405,11 @@ class ArgLayout:
             if tree is None:
                 out.append(assignment.get((i,)))
                 continue
-            spec = map_leaves(
-                tree, lambda keys, r, i=i: assignment.get((i, *keys)) if r is not None else None
-            )
+
+            def leaf(keys: tuple[Any, ...], r: Any, i: int = i) -> Any:
+                return assignment.get((i, *keys)) if r is not None else None
+
+            spec = map_leaves(tree, leaf)
             out.append(None if all(d is None for _, d in leaves(spec)) else spec)
         return tuple(out)
 

@@ -78,11 +78,12 @@ def pairwise_rows(
                     )
                     gains.append((gain, rng.random(), v))
                 row[u] = max(gains)[2]
-            cand = tuple(row)
-            if not allowed(cand):
-                cand = _repair(cand, sizes, allowed, (a, b), rng)
-                if cand is None:
-                    continue
+            built: Row | None = tuple(row)
+            if built is not None and not allowed(built):
+                built = _repair(built, sizes, allowed, (a, b), rng)
+            if built is None:
+                continue
+            cand = built
             gain = len(_pairs(cand) & needed)
             if gain > best_gain:
                 best, best_gain = cand, gain

@@ -112,7 +112,9 @@ def test_hazard_probe_catches_a_rule_that_finds_the_batch_by_size(tmp_path):
 
     text = to_markdown(probed)
     assert "## Hazard probe" in text and "hazard=" in text
-    twin = harness.check(pa.UsesInDims, pa.matrix_samples, checks=["vmap_hazard"], hazard_probe=True)
+    twin = harness.check(
+        pa.UsesInDims, pa.matrix_samples, checks=["vmap_hazard"], hazard_probe=True
+    )
     assert twin.ok and twin.cases, [(c.id, c.message) for c in twin.failures()]
 
 
