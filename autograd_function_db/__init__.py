@@ -7,6 +7,7 @@ module contributes its entries through an ``entries()`` function listed below.
 from __future__ import annotations
 
 from . import (
+    containers,
     ctx_features,
     custom_ops,
     elementwise,
@@ -42,6 +43,7 @@ THEMES = (
     linalg,
     ctx_features,
     vmap_features,
+    containers,
     custom_ops,
 )
 

@@ -86,6 +86,12 @@ AXES: tuple[Axis, ...] = (
     ),
     Axis("inputs:python-tuple", "inputs", "a Python tuple argument", ("inputs:python-tuple",)),
     Axis(
+        "inputs:container",
+        "inputs",
+        "tensors inside a tuple or dict argument (an in_dims pytree)",
+        ("inputs:container",),
+    ),
+    Axis(
         "inputs:default-args", "inputs", "forward has default arguments", ("inputs:default-args",)
     ),
     Axis("inputs:none-arg", "inputs", "an argument passed as None", ("inputs:none-arg",)),

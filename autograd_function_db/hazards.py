@@ -32,10 +32,22 @@ class HazardousSampleError(ValueError):
     """A registry sample has a dimension equal to a batch size in use."""
 
 
+def _inside(a: object) -> Iterable[torch.Tensor]:
+    """The tensors of one argument: itself, or those inside a tuple, list or dict."""
+    if isinstance(a, torch.Tensor):
+        yield a
+    elif type(a) in (tuple, list):
+        for v in a:  # type: ignore[attr-defined]
+            yield from _inside(v)
+    elif type(a) is dict:
+        for v in a.values():  # type: ignore[attr-defined]
+            yield from _inside(v)
+
+
 def _tensors(args: tuple) -> Iterable[tuple[int, torch.Tensor]]:
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            yield i, a
+        for t in _inside(a):
+            yield i, t
 
 
 def find_hazards(args: tuple, batch_sizes: Iterable[int]) -> list[Hazard]:

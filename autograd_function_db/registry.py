@@ -21,13 +21,17 @@ class RegistryError(ValueError):
 
 def structure_of(sample: Sample) -> tuple:
     """Shapes, dtypes and plain values: what must not change between seeds."""
-    out: list[tuple[object, ...]] = []
-    for a in sample.args:
-        if isinstance(a, torch.Tensor):
-            out.append(("tensor", tuple(a.shape), a.dtype))
-        else:
-            out.append(("value", repr(a)))
-    return tuple(out)
+    return tuple(_structure(a) for a in sample.args)
+
+
+def _structure(a: object) -> tuple:
+    if isinstance(a, torch.Tensor):
+        return ("tensor", tuple(a.shape), a.dtype)
+    if type(a) in (tuple, list) and any(isinstance(v, torch.Tensor) for v in a):  # type: ignore[attr-defined]
+        return (type(a).__name__, tuple(_structure(v) for v in a))  # type: ignore[attr-defined]
+    if type(a) is dict and any(isinstance(v, torch.Tensor) for v in a.values()):  # type: ignore[attr-defined]
+        return ("dict", tuple((k, _structure(v)) for k, v in a.items()))  # type: ignore[attr-defined]
+    return ("value", repr(a))
 
 
 def validate_entry(entry: Entry, batch_sizes: Sequence[int] = DEFAULT_HAZARD_SIZES) -> None:

@@ -31,6 +31,7 @@ from .batching import derive_seed
 from .isolation import DEFAULT_TIMEOUT_S
 from .metadata import run_metadata
 from .options import DTYPES, Options
+from .pytree_args import leaves, map_leaves
 from .results import CaseResult, RunResult
 from .runner import run_entries
 
@@ -129,36 +130,144 @@ def _cast(sample: Sample, dtype: torch.dtype, device: str) -> Sample:
     return Sample(tuple(args), sample.name)
 
 
-def _perturbed(sample: Sample, seed: int) -> Sample:
+def _shuffle_seed(seed: int) -> int:
+    """The seed of the per-slice shuffles of integer/bool tensors (apart from the float noise)."""
+    return (seed * 31 + 7) % 2**63
+
+
+def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The same values in another order: indices stay in range, masks keep their count."""
+    flat = a.detach().flatten()
+    return flat[torch.randperm(flat.numel(), generator=gen)].reshape(a.shape)
+
+
+def _perturbed(sample: Sample, seed: int, keep: frozenset[int] = frozenset()) -> Sample:
     """Distinct data for a slice when the user's generator takes no seed.
 
-    Floating tensors get seeded noise of their own scale; integer tensors (indices)
-    and plain values are kept, so they stay valid.
+    Floating tensors get seeded noise of their own scale; integer and bool tensors
+    (indices, masks) are shuffled, which keeps every value valid, except the arguments
+    in ``keep`` (those the Function's forward refused shuffled); plain values are kept.
+    Tensors inside tuple/list/dict arguments are treated alike.
     """
     gen = torch.Generator().manual_seed(seed)
-    args = []
-    for a in sample.args:
-        if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()):
+    shuffle_gen = torch.Generator().manual_seed(_shuffle_seed(seed))
+
+    def one(i: int, a: Any) -> Any:
+        if not isinstance(a, torch.Tensor):
+            return a
+        if a.is_floating_point() or a.is_complex():
             noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
             scale = float(a.detach().abs().mean()) if a.numel() else 1.0
-            args.append((a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype))
-        else:
-            args.append(a)
-    return Sample(tuple(args), sample.name)
+            return (a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype)
+        if i in keep or a.numel() < 2:
+            return a
+        return _shuffled(a, shuffle_gen)
+
+    def per_arg(i: int, a: Any) -> Any:
+        return map_leaves(a, lambda _k, v: one(i, v))
+
+    return Sample(tuple(per_arg(i, a) for i, a in enumerate(sample.args)), sample.name)
 
 
-def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sample]]:
+#: How a slice with identical data is reported (the issue's words, per argument).
+IDENTICAL_SLICES = (
+    "argument {arg} is the same in every slice: a rule that mixes its slices would go "
+    "unnoticed; give the samples a seed parameter"
+)
+
+
+def _discrete_args(sample: Sample) -> list[int]:
+    return [
+        i
+        for i, a in enumerate(sample.args)
+        if any(
+            not (v.is_floating_point() or v.is_complex())
+            for _, v in leaves(a)
+            if isinstance(v, torch.Tensor)
+        )
+    ]
+
+
+class _SliceDiversity:
+    """For samples without a seed: which integer/bool arguments can be shuffled per slice.
+
+    An argument is shuffled when the Function's eager forward accepts the shuffled
+    sample (a sorted index or a mask with a pattern may be refused); otherwise it is
+    kept identical in every slice and ``notes()`` says so.
+    """
+
+    def __init__(self, call: Callable[..., Any] | None) -> None:
+        self.call = call
+        self.keep: dict[int, frozenset[int]] = {}
+        self.same: dict[int, list[int]] = {}
+
+    def decide(self, index: int, sample: Sample) -> frozenset[int]:
+        if index in self.keep:
+            return self.keep[index]
+        keep: set[int] = set()
+        same: list[int] = []
+        for i in _discrete_args(sample):
+            trial = _perturbed(sample, 1, frozenset(j for j in range(len(sample.args)) if j != i))
+            changed = any(
+                isinstance(v, torch.Tensor) and not torch.equal(v, w)
+                for (_, v), (_, w) in zip(leaves(trial.args[i]), leaves(sample.args[i]))
+            )
+            if not changed or not self._accepts(trial):
+                keep.add(i)
+                same.append(i)
+        self.keep[index] = frozenset(keep)
+        self.same[index] = same
+        return self.keep[index]
+
+    def _accepts(self, sample: Sample) -> bool:
+        if self.call is None:
+            return True
+        try:
+            with torch.no_grad():
+                self.call(*sample.args)
+        except Exception:
+            return False
+        return True
+
+    def notes(self, names: Sequence[str] = ()) -> list[str]:
+        out = []
+        for index, args in sorted(self.same.items()):
+            name = names[index] if index < len(names) else ""
+            for arg in args:
+                where = f"sample {index}" + (f" ({name})" if name else "")
+                out.append(f"{where}: " + IDENTICAL_SLICES.format(arg=arg))
+        return out
+
+
+def user_sample_fn(
+    samples: Any, call: Callable[..., Any] | None = None
+) -> Callable[[int, torch.dtype, str], list[Sample]]:
     """Adapt a user's sample source into the registry's ``fn(seed, dtype, device)`` form.
 
     A callable that accepts a seed is called once per slice with a derived seed (so
-    index tensors stay valid); one without is called once and its floating data
-    perturbed per slice. Floating tensors are cast to the run's dtype.
+    index tensors stay valid); one without is called once and its data perturbed per
+    slice (floating noise; integer/bool tensors shuffled where ``call``, the Function,
+    accepts that). Floating tensors are cast to the run's dtype.
     """
+    diversity = _SliceDiversity(call)
+
+    def varied(base: Sequence[Sample], seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+        out = []
+        for k, s in enumerate(base):
+            keep = diversity.decide(k, _cast(s, dtype, device))
+            varied_s = _perturbed(s, derive_seed("perturb", seed), keep) if seed else s
+            out.append(_cast(varied_s, dtype, device))
+        return out
+
     if isinstance(samples, (list, tuple)):
         fixed = _as_samples(samples)
-        return lambda seed, dtype, device: [
-            _cast(_perturbed(s, seed) if seed else s, dtype, device) for s in fixed
-        ]
+
+        def listed(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+            return varied(fixed, seed, dtype, device)
+
+        listed.user_seeded = False  # type: ignore[attr-defined]
+        listed.diversity = diversity  # type: ignore[attr-defined]
+        return listed
     if not callable(samples):
         raise UsageError(
             f"samples must be a callable returning argument tuples or Sample objects, got "
@@ -173,14 +282,19 @@ def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sampl
         return seeded
 
     def unseeded(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
-        base = _call_samples(samples)
-        return [
-            _cast(_perturbed(s, derive_seed("perturb", seed)) if seed else s, dtype, device)
-            for s in base
-        ]
+        return varied(_call_samples(samples), seed, dtype, device)
 
     unseeded.user_seeded = False  # type: ignore[attr-defined]
+    unseeded.diversity = diversity  # type: ignore[attr-defined]
     return unseeded
+
+
+def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:
+    """What the report says about arguments that stay identical across slices ("" if none)."""
+    diversity = getattr(entry.samples, "diversity", None)
+    if diversity is None:
+        return ""
+    return "; ".join(diversity.notes([s.name for s in samples]))
 
 
 def make_entry(
@@ -206,7 +320,7 @@ def make_entry(
     return Entry(
         name=name or cls.__name__,
         function=cls,
-        samples=user_sample_fn(samples),
+        samples=user_sample_fn(samples, function if op is not None else cls.apply),  # type: ignore[attr-defined]
         op=op,
         caps=caps,
         tolerances=tolerances or Tolerances(),
@@ -316,6 +430,7 @@ RUN_OPTIONS = frozenset(
         "tolerances",
         "timeout_s",
         "plan_cap",
+        "hazard_probe",
     }
 )
 
@@ -337,7 +452,8 @@ def check(
 
     ``options`` are ``prepare``'s keywords: ``checks``, ``batch_sizes``,
     ``nested_batch_sizes``, ``seed``, ``dtype``, ``device``, ``name``, ``gradient``
-    ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``, and
+    ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``,
+    ``hazard_probe`` (True adds the vmap_hazard pass), and
     capabilities that override what is read from the class (``inplace_args=(0,)``,
     ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
     ``expectations`` is a path to an expectations file (or a parsed one).
@@ -405,6 +521,7 @@ def prepare(
     tolerances: Tolerances | None = None,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     plan_cap: int = 16,
+    hazard_probe: bool = False,
     **capabilities: Any,
 ) -> tuple[Entry, Options]:
     """The entry and options ``check`` runs with: samples validated, batch sizes chosen."""
@@ -429,6 +546,7 @@ def prepare(
         device=device,
         timeout_s=timeout_s,
         plan_cap=plan_cap,
+        hazard_probe=bool(hazard_probe),
     )
     if batch_sizes is not None:
         sizes = _sizes(batch_sizes, "batch_sizes")
@@ -444,6 +562,9 @@ def prepare(
         fixed_single=batch_sizes is not None,
         fixed_nested=nested_batch_sizes is not None,
     )
+    note = slice_notes(entry, base_samples(entry, options))
+    if note:
+        options = options.replace(slice_note=note)
     return entry, options
 
 

@@ -23,10 +23,8 @@ directional differences (``d<g, w>/dx`` is the derivative of ``g`` along ``w``, 
 ``d<g, w>/dc = J w``); a ``custom`` entry gets the full FD Jacobian of ``g`` (or the
 identity with random directions when it is large).
 
-Plans of the composite checks (``CompositePlan``): the Function's in_dims from the
-single-level plan strategy with the cotangents/tangents batched at 0, then the
-extras at -1, the extras alone (arguments unbatched: the vmap rule is not
-called), the arguments alone (extras unbatched) and one nested plan. Ids read
+Plans of the composite checks: see ``harness.composites`` (pairwise covering arrays
+over the arguments and, for vmap_of_vjp/vmap_of_jvp, the cotangents/tangents). Ids read
 ``in_dims=(0,None),cotangents=0``.
 
 Contract sub-checks run in every case: the inputs are unchanged afterwards
@@ -66,7 +64,9 @@ from .checks import (
 from .composites import (
     _composite_plans,
     _grad_of_vmap_plans,
+    _jvp_of_vmap_plans,
     run_grad_of_vmap,
+    run_jvp_of_vmap,
     run_vmap_of_jvp,
     run_vmap_of_vjp,
 )
@@ -152,6 +152,15 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         _first(needs_vmap, _needs_backward),
         LOOP_VJP_REFERENCE,
         "torch.func.vjp(vmap(f)) against per-slice eager vjps (unbatched inputs summed)",
+    ),
+    (
+        "jvp_of_vmap",
+        run_jvp_of_vmap,
+        _jvp_of_vmap_plans,
+        _first(needs_vmap, _needs_jvp),
+        LOOP_JVP_REFERENCE,
+        "torch.func.jvp(vmap(f)): forward mode through the vmap rule, tangents batched like "
+        "their primals, against per-slice eager jvps",
     ),
     (
         "vmap_of_vjp",

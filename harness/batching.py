@@ -3,19 +3,23 @@
 A plan says, for each vmap level (outermost first), the batch size, the
 ``in_dims`` of every positional argument and the ``out_dims``. Arguments are
 built by stacking independently drawn slices, never by repeating one slice, so
-a rule that mixes or drops batch elements changes the result.
+a rule that mixes or drops batch elements changes the result. A tuple, list or
+dict argument gets an ``in_dims`` pytree of the same structure, and each tensor
+leaf inside it is batched on its own (``in_dims=(0,(None,1))``).
 
-Plan strategy (documented in the README and recorded in every report):
+Plan strategy (documented in the README and recorded in every report). The
+*units* are the tensor leaves of the arguments (a linked group of arguments is
+one unit); each takes one of ``None``, ``0``, an interior position and ``-1``
+(duplicates dropped):
 
-* one level: every tensor argument (or linked group of arguments) takes each of
-  ``None``, ``0``, an interior position and ``-1`` (duplicates dropped), minus the
-  all-``None`` plan. If the product is at most ``cap`` plans, all run
-  ("exhaustive"). Above it, "covering": all at 0, all at -1, all at the interior
-  position, each unit alone at each of its choices with the others at 0, each
-  unit unbatched with the others at 0, then seeded random fill up to ``cap``.
-  Two more plans use ``out_dims=-1`` and an interior ``out_dims``.
+* one level: every combination except the all-``None`` one if there are at most
+  ``cap`` ("exhaustive"); beyond, a strength-2 covering array ("pairwise",
+  ``harness.pairwise``): every pair (unit A at position p, unit B at position q)
+  occurs in some plan, built deterministically from the seed. Two more plans use
+  ``out_dims=-1`` and an interior ``out_dims``.
 * nested: a fixed set of level pairs (both 0, -1 outside, -1 inside, interior
-  both, each unit batched at one level only, a non-zero out_dims), with
+  both, each unit batched at one level only, a non-zero out_dims), then the
+  one-level rows of every level zipped together ("pairwise per level"), with
   different batch sizes per level (2 outside, 3 inside by default).
 * chunked: batch size 3 in chunks of 2, so the rule sees batch sizes 2 and 1.
 """
@@ -23,8 +27,6 @@ Plan strategy (documented in the README and recorded in every report):
 from __future__ import annotations
 
 import hashlib
-import itertools
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,25 +35,39 @@ import torch
 
 from autograd_function_db.entry import Sample
 
+from .pairwise import exhaustive_rows, pairwise_rows
+from .pytree_args import (
+    Address,
+    clone_tensors,
+    dim_at,
+    fmt,
+    get_at,
+    is_container,
+    jsonable,
+    leaves,
+    map_leaves,
+)
+
 #: ``out_dims`` may be an int, or "mid": an interior position resolved per output at run time.
 OutDim = int | str
 MID = "mid"
 
 DEFAULT_BATCH_SIZE = 2
 
+#: The strategy names a report can show.
+EXHAUSTIVE, PAIRWISE = "exhaustive", "pairwise"
+
 
 @dataclass(frozen=True)
 class LevelPlan:
     batch_size: int
-    in_dims: tuple[int | None, ...]
+    #: One entry per positional argument: None, an int, or a pytree of them for a container.
+    in_dims: tuple[Any, ...]
     out_dims: OutDim = 0
     chunk_size: int | None = None
 
     def describe(self, *, show_size: bool) -> str:
-        dims = ",".join("None" if d is None else str(d) for d in self.in_dims)
-        if len(self.in_dims) == 1:
-            dims += ","
-        text = f"in_dims=({dims})"
+        text = f"in_dims={fmt(tuple(self.in_dims))}"
         if self.out_dims != 0:
             text += f",out_dims={self.out_dims}"
         if show_size:
@@ -64,7 +80,7 @@ class LevelPlan:
 @dataclass(frozen=True)
 class Plan:
     levels: tuple[LevelPlan, ...]
-    strategy: str = "exhaustive"
+    strategy: str = EXHAUSTIVE
 
     @property
     def id(self) -> str:
@@ -81,7 +97,7 @@ class Plan:
             "levels": [
                 {
                     "batch_size": lv.batch_size,
-                    "in_dims": list(lv.in_dims),
+                    "in_dims": [jsonable(d) for d in lv.in_dims],
                     "out_dims": lv.out_dims,
                     "chunk_size": lv.chunk_size,
                 }
@@ -125,6 +141,16 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+#: Seeds handed to sample callables stay below this, so user code can pass them to
+#: ``np.random.RandomState`` or do arithmetic on them (``torch.manual_seed(seed * 7919 + i)``).
+SAMPLE_SEED_LIMIT = 2**31
+
+
+def sample_seed(*parts: object) -> int:
+    """The seed a sample callable receives: derived like ``derive_seed``, below 2**31."""
+    return derive_seed(*parts) % SAMPLE_SEED_LIMIT
+
+
 class SliceSource:
     """Per-slice argument tuples for one sample, drawn from the generator with derived seeds.
 
@@ -150,7 +176,7 @@ class SliceSource:
         while key and key[-1] == 0:
             key = key[:-1]
         if key not in self._cache:
-            seed = derive_seed(*self._seed_parts, "slice", key)
+            seed = sample_seed(*self._seed_parts, "slice", key)
             samples = list(self._draw(seed))
             if self._index >= len(samples):
                 raise ValueError(
@@ -161,40 +187,68 @@ class SliceSource:
         return self._cache[key]
 
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
-        return tuple(
-            a.detach().clone() if isinstance(a, torch.Tensor) else a for a in self._raw(path)
-        )
+        return tuple(clone_tensors(a) for a in self._raw(path))
 
 
 # --- building batched arguments and looping -------------------------------------------------
 
 
+def leaf_dim(level: LevelPlan, address: Address) -> Any:
+    """The batch dim of the leaf at ``address`` at one level (None: unbatched there)."""
+    return dim_at(level.in_dims[address[0]], tuple(address[1:]))
+
+
+def leaf_path(plan: Plan, address: Address, path: tuple[int, ...]) -> tuple[int, ...]:
+    """The slice a leaf takes at ``path``: index 0 at every level where it is unbatched."""
+    return tuple(
+        i if leaf_dim(plan.levels[k], address) is not None else 0 for k, i in enumerate(path)
+    )
+
+
 def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
-    """The slice an argument takes at ``path``: index 0 at every level where it is unbatched."""
-    return tuple(i if plan.levels[k].in_dims[arg] is not None else 0 for k, i in enumerate(path))
+    """The slice a (non-container) argument takes at ``path``."""
+    return leaf_path(plan, (arg,), path)
+
+
+def _assemble(slices: SliceSource, j: int, value_at: Callable[[Address], Any]) -> Any:
+    """Argument ``j`` with each tensor leaf from ``value_at(address)`` (plain values: base)."""
+    base = slices.args()[j]
+    if not is_container(base):
+        return value_at((j,)) if isinstance(base, torch.Tensor) else base
+    return map_leaves(
+        base, lambda keys, v: value_at((j, *keys)) if isinstance(v, torch.Tensor) else v
+    )
 
 
 def slice_call_args(plan: Plan, slices: SliceSource, path: tuple[int, ...]) -> tuple[Any, ...]:
     """The per-slice arguments a loop passes to the Function at ``path``."""
     n = len(plan.levels[0].in_dims)
-    return tuple(slices.args(arg_path(plan, j, path))[j] for j in range(n))
+    return tuple(
+        _assemble(
+            slices,
+            j,
+            lambda a: get_at(slices.args(leaf_path(plan, a, path))[a[0]], tuple(a[1:])),
+        )
+        for j in range(n)
+    )
 
 
 def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     """Stack per-slice data into the batched arguments the vmapped call receives."""
     n = len(plan.levels[0].in_dims)
 
-    def build(arg: int, level: int, path: tuple[int, ...]) -> Any:
+    def build(address: Address, level: int, path: tuple[int, ...]) -> Any:
         if level == len(plan.levels):
-            return slices.args(arg_path(plan, arg, path))[arg]
+            arg = slices.args(leaf_path(plan, address, path))[address[0]]
+            return get_at(arg, tuple(address[1:]))
         lv = plan.levels[level]
-        dim = lv.in_dims[arg]
+        dim = leaf_dim(lv, address)
         if dim is None:
-            return build(arg, level + 1, (*path, 0))
-        parts = [build(arg, level + 1, (*path, i)) for i in range(lv.batch_size)]
+            return build(address, level + 1, (*path, 0))
+        parts = [build(address, level + 1, (*path, i)) for i in range(lv.batch_size)]
         return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
 
-    return tuple(build(j, 0, ()) for j in range(n))
+    return tuple(_assemble(slices, j, lambda a: build(a, 0, ())) for j in range(n))
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
@@ -293,26 +347,78 @@ def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) 
 # --- plan generation ----------------------------------------------------------------------
 
 
+def _rank_tree(a: Any) -> Any:
+    return map_leaves(a, lambda _k, v: v.dim() if isinstance(v, torch.Tensor) else None)
+
+
 @dataclass(frozen=True)
 class ArgLayout:
     """What plan generation needs to know about a sample: tensor ranks and linked groups."""
 
-    ranks: tuple[int | None, ...]  # None for a non-tensor argument
+    ranks: tuple[int | None, ...]  # None for a non-tensor argument (containers included)
     linked: tuple[tuple[int, ...], ...] = ()
+    #: Per argument: None, or for a tuple/list/dict argument its skeleton holding each
+    #: tensor leaf's rank (None at plain-value leaves).
+    trees: tuple[Any, ...] = ()
+    #: Distinct dim sizes of the sample's tensors (for the hazard probe).
+    sizes: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, sample: Sample, linked: tuple[tuple[int, ...], ...] = ()) -> ArgLayout:
         ranks = tuple(a.dim() if isinstance(a, torch.Tensor) else None for a in sample.args)
-        linked = tuple(
-            tuple(i for i in g if i < len(ranks) and ranks[i] is not None) for g in linked
-        )
-        return cls(ranks, tuple(g for g in linked if g))
+        trees = tuple(_rank_tree(a) if is_container(a) else None for a in sample.args)
+        layout = cls(ranks, (), trees)
+        has_tensor = {a[0] for a in layout.addresses()}
+        linked = tuple(tuple(i for i in g if i in has_tensor) for g in linked)
+        return cls(ranks, tuple(g for g in linked if g), trees, sample_sizes(sample))
 
-    def units(self) -> list[tuple[int, ...]]:
-        """Argument groups that are batched or unbatched together."""
+    def _tree(self, i: int) -> Any:
+        return self.trees[i] if i < len(self.trees) else None
+
+    def addresses(self) -> list[Address]:
+        """Every tensor leaf: ``(i,)`` for a tensor argument, ``(i, *keys)`` inside a container."""
+        out: list[Address] = []
+        for i, r in enumerate(self.ranks):
+            tree = self._tree(i)
+            if tree is not None:
+                out += [(i, *keys) for keys, rank in leaves(tree) if rank is not None]
+            elif r is not None:
+                out.append((i,))
+        return out
+
+    def rank(self, address: Address) -> int:
+        tree = self._tree(address[0])
+        rank = get_at(tree, tuple(address[1:])) if tree is not None else self.ranks[address[0]]
+        assert isinstance(rank, int)
+        return rank
+
+    def units(self) -> list[tuple[Address, ...]]:
+        """Tensor leaves that are batched or unbatched together (a linked group is one unit)."""
         grouped = {i for g in self.linked for i in g}
-        singles = [(i,) for i, r in enumerate(self.ranks) if r is not None and i not in grouped]
-        return sorted([*singles, *self.linked])
+        addrs = self.addresses()
+        singles = [(a,) for a in addrs if a[0] not in grouped]
+        groups = [tuple(a for a in addrs if a[0] in g) for g in self.linked]
+        return sorted([*singles, *(g for g in groups if g)])
+
+    def in_dims(self, assignment: dict[Address, Any]) -> tuple[Any, ...]:
+        """The in_dims tuple (a pytree per container argument; None for an unbatched one)."""
+        out: list[Any] = []
+        for i in range(len(self.ranks)):
+            tree = self._tree(i)
+            if tree is None:
+                out.append(assignment.get((i,)))
+                continue
+
+            def leaf(keys: tuple[Any, ...], r: Any, i: int = i) -> Any:
+                return assignment.get((i, *keys)) if r is not None else None
+
+            spec = map_leaves(tree, leaf)
+            out.append(None if all(d is None for _, d in leaves(spec)) else spec)
+        return tuple(out)
+
+    def uniform(self, dim: Any) -> dict[Address, Any]:
+        """Every tensor leaf at ``dim``."""
+        return {a: dim for a in self.addresses()}
 
 
 def dim_choices(rank: int) -> list[int]:
@@ -325,29 +431,71 @@ def dim_choices(rank: int) -> list[int]:
     return out
 
 
-def _unit_choices(layout: ArgLayout, unit: tuple[int, ...]) -> list[dict[int, int | None]]:
-    choices: list[dict[int, int | None]] = [{i: None for i in unit}]
-    kinds = ("zero", "mid", "last")
-    for kind in kinds:
-        picked: dict[int, int | None] = {}
-        for i in unit:
-            rank = layout.ranks[i]
-            assert rank is not None
-            opts = dim_choices(rank)
-            picked[i] = {"zero": 0, "mid": opts[1] if len(opts) == 3 else None, "last": opts[-1]}[
+def unit_choices(
+    layout: ArgLayout, unit: tuple[Address, ...], extra: int = 0
+) -> list[dict[Address, Any]]:
+    """The positions of one unit: None, 0, interior, -1 (every member at the same kind).
+
+    ``extra`` adds dims to every rank (the batch dims of inner levels of a nested plan).
+    """
+    choices: list[dict[Address, Any]] = [{a: None for a in unit}]
+    for kind in ("zero", "mid", "last"):
+        picked: dict[Address, Any] = {}
+        for a in unit:
+            opts = dim_choices(layout.rank(a) + extra)
+            picked[a] = {"zero": 0, "mid": opts[1] if len(opts) == 3 else None, "last": opts[-1]}[
                 kind
             ]
         if any(v is None for v in picked.values()):
             continue
-        if kind == "last" and all(layout.ranks[i] == 0 for i in unit):
+        if kind == "last" and all(layout.rank(a) + extra == 0 for a in unit):
             continue  # -1 is 0 for a 0-d slice
         if picked not in choices:
             choices.append(picked)
     return choices
 
 
-def _in_dims(layout: ArgLayout, assignment: dict[int, int | None]) -> tuple[int | None, ...]:
-    return tuple(assignment.get(i) for i in range(len(layout.ranks)))
+def choose_rows(
+    sizes: Sequence[int], cap: int, seed: int, allowed: Callable[[tuple[int, ...]], bool]
+) -> tuple[list[tuple[int, ...]], str]:
+    """Every allowed combination when there are at most ``cap``, else a pairwise covering array.
+
+    Index 0 of every domain is "unbatched"; the pairwise rows start from index 1 (all at 0).
+    """
+    total = 1
+    for s in sizes:
+        total *= s
+    if total <= cap + 1:
+        rows = exhaustive_rows(sizes, allowed)
+        if len(rows) <= cap:
+            return rows, EXHAUSTIVE
+
+    def rot(row: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple((v + 1) % s for v, s in zip(row, sizes))
+
+    rotated = pairwise_rows(sizes, seed=seed, allowed=lambda r: allowed(rot(r)))
+    return [rot(r) for r in rotated], PAIRWISE
+
+
+def _level_rows(
+    layout: ArgLayout, *, extra: int = 0, cap: int, seed: int
+) -> tuple[list[tuple[Any, ...]], str]:
+    """The in_dims of one level's plans (a batched unit in each) and the strategy used."""
+    per_unit = [unit_choices(layout, u, extra) for u in layout.units()]
+    if not per_unit:
+        return [], EXHAUSTIVE
+
+    def batched(row: tuple[int, ...]) -> bool:
+        return any(r != 0 for r in row)
+
+    rows, strategy = choose_rows([len(c) for c in per_unit], cap, seed, batched)
+    out = []
+    for row in rows:
+        assignment: dict[Address, Any] = {}
+        for options, r in zip(per_unit, row):
+            assignment.update(options[r])
+        out.append(layout.in_dims(assignment))
+    return out, strategy
 
 
 def single_level_plans(
@@ -357,71 +505,48 @@ def single_level_plans(
     cap: int = 16,
     seed: int = 0,
 ) -> list[Plan]:
-    units = layout.units()
-    if not units:
+    rows, strategy = _level_rows(layout, cap=cap, seed=seed)
+    if not rows:
         return []
-    per_unit = [_unit_choices(layout, u) for u in units]
-    combos = []
-    for pick in itertools.product(*per_unit):
-        assignment: dict[int, int | None] = {}
-        for part in pick:
-            assignment.update(part)
-        if all(v is None for v in assignment.values()):
-            continue
-        combos.append(_in_dims(layout, assignment))
-    if len(combos) <= cap:
-        chosen, strategy = combos, "exhaustive"
-    else:
-        strategy = "covering"
-        zero: dict[int, int | None] = {i: 0 for u in units for i in u}
-        base: list[dict[int, int | None]] = [zero]
-        for kind_index in (1, 2, 3):  # all interior, all last where possible
-            alt = {}
-            for options in per_unit:
-                alt.update(options[min(kind_index, len(options) - 1)])
-            base.append(alt)
-        for options in per_unit:
-            for opt in options:
-                base.append({**zero, **opt})
-        chosen = []
-        for a in base:
-            dims = _in_dims(layout, a)
-            if dims in combos and dims not in chosen:
-                chosen.append(dims)
-        rest = [c for c in combos if c not in chosen]
-        random.Random(seed).shuffle(rest)
-        chosen.extend(rest[: max(0, cap - len(chosen))])
-    plans = [Plan((LevelPlan(batch_size, dims),), strategy) for dims in chosen]
-    all_zero = _in_dims(layout, {i: 0 for u in units for i in u})
+    plans = [Plan((LevelPlan(batch_size, dims),), strategy) for dims in rows]
+    all_zero = layout.in_dims(layout.uniform(0))
     for out_dims in (-1, MID):
         plans.append(Plan((LevelPlan(batch_size, all_zero, out_dims),), strategy))
     return plans
 
 
-def nested_plans(layout: ArgLayout, batch_sizes: Sequence[int] = (2, 3)) -> list[Plan]:
-    """Two or more levels; every plan batches the Function's inputs at every level."""
+def nested_plans(
+    layout: ArgLayout,
+    batch_sizes: Sequence[int] = (2, 3),
+    *,
+    cap: int = 16,
+    seed: int = 0,
+) -> list[Plan]:
+    """Two or more levels; every plan batches the Function's inputs at every level.
+
+    First a fixed set of level combinations, then the one-level rows of each level
+    (pairwise, or exhaustive when few) zipped together, so every level on its own sees
+    every pair of unit positions.
+    """
     units = layout.units()
     if not units:
         return []
     depth = len(batch_sizes)
 
-    def at(kind: str, ranks_extra: int) -> dict[int, int | None]:
-        a: dict[int, int | None] = {}
-        for u in units:
-            for i in u:
-                rank = layout.ranks[i]
-                assert rank is not None
-                opts = dim_choices(rank + ranks_extra)
-                a[i] = {"zero": 0, "last": -1, "mid": opts[1] if len(opts) == 3 else 0}[kind]
+    def at(kind: str, ranks_extra: int) -> dict[Address, Any]:
+        a: dict[Address, Any] = {}
+        for address in layout.addresses():
+            opts = dim_choices(layout.rank(address) + ranks_extra)
+            a[address] = {"zero": 0, "last": -1, "mid": opts[1] if len(opts) == 3 else 0}[kind]
         return a
 
-    def level_dims(kind: str, level: int, only: set[int] | None = None) -> tuple[int | None, ...]:
+    def level_dims(kind: str, level: int, only: set[Address] | None = None) -> tuple[Any, ...]:
         a = at(kind, depth - level - 1)
         if only is not None:
-            a = {i: (d if i in only else None) for i, d in a.items()}
-        return _in_dims(layout, a)
+            a = {k: (d if k in only else None) for k, d in a.items()}
+        return layout.in_dims(a)
 
-    specs: list[tuple[tuple[tuple[int | None, ...], OutDim], ...]] = []
+    specs: list[tuple[tuple[tuple[Any, ...], OutDim], ...]] = []
     for outer_kind, inner_kind in (
         ("zero", "zero"),
         ("last", "zero"),
@@ -434,7 +559,7 @@ def nested_plans(layout: ArgLayout, batch_sizes: Sequence[int] = (2, 3)) -> list
     specs.append(tuple((level_dims("zero", k), -1 if k == 0 else MID) for k in range(depth)))
     if len(units) > 1:
         for u in units:
-            others = {i for v in units if v != u for i in v}
+            others = {a for v in units if v != u for a in v}
             specs.append(
                 tuple(
                     (level_dims("zero", k, set(u) if k % 2 == 0 else others), 0)
@@ -451,6 +576,22 @@ def nested_plans(layout: ArgLayout, batch_sizes: Sequence[int] = (2, 3)) -> list
         if plan.id not in seen:
             seen.add(plan.id)
             plans.append(plan)
+    per_level = [
+        _level_rows(layout, extra=depth - k - 1, cap=cap, seed=seed + k) for k in range(depth)
+    ]
+    longest = max(len(rows) for rows, _ in per_level)
+    strategy = f"{per_level[0][1]} per level"
+    for m in range(longest):
+        plan = Plan(
+            tuple(
+                LevelPlan(batch_sizes[k], rows[m % len(rows)])
+                for k, (rows, _) in enumerate(per_level)
+            ),
+            strategy,
+        )
+        if plan.id not in seen:
+            seen.add(plan.id)
+            plans.append(plan)
     return plans
 
 
@@ -459,16 +600,73 @@ def chunked_plans(layout: ArgLayout, batch_size: int = 3, chunk_size: int = 2) -
     units = layout.units()
     if not units:
         return []
-    zero: dict[int, int | None] = {i: 0 for u in units for i in u}
-    last: dict[int, int | None] = {i: -1 for u in units for i in u}
-    assignments = [zero, last]
+    assignments = [layout.uniform(0), layout.uniform(-1)]
     if len(units) > 1:
         for u in units:
-            assignments.append({i: (0 if i in u else None) for v in units for i in v})
+            assignments.append({a: (0 if a in u else None) for a in layout.addresses()})
     plans, seen = [], set()
     for a in assignments:
-        plan = Plan((LevelPlan(batch_size, _in_dims(layout, a), 0, chunk_size),), "chunked")
+        plan = Plan((LevelPlan(batch_size, layout.in_dims(a), 0, chunk_size),), "chunked")
         if plan.id not in seen:
             seen.add(plan.id)
             plans.append(plan)
+    return plans
+
+
+# --- the hazard probe ---------------------------------------------------------------------
+
+#: At most this many distinct sample dim sizes become hazard batch sizes.
+HAZARD_SIZES_MAX = 3
+
+
+@dataclass(frozen=True)
+class HazardPlan(Plan):
+    """A plan whose batch size equals a sample dim size (the id says ``hazard=N``)."""
+
+    hazard: int = 0
+
+    @property
+    def id(self) -> str:
+        return f"{Plan.id.fget(self)},hazard={self.hazard}"  # type: ignore[attr-defined]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["id"] = self.id
+        d["hazard"] = self.hazard
+        return d
+
+
+def sample_sizes(sample: Sample) -> tuple[int, ...]:
+    """Distinct dim sizes of every tensor leaf of a sample, sorted."""
+    return tuple(
+        sorted(
+            {
+                s
+                for a in sample.args
+                for _, t in leaves(a)
+                if isinstance(t, torch.Tensor)
+                for s in t.shape
+            }
+        )
+    )
+
+
+def hazard_plans(layout: ArgLayout, sizes: Sequence[int]) -> list[Plan]:
+    """For each distinct sample size >= 2 (up to a few), one level at that batch size with every
+    leaf at an interior dim, then at the last dim: a rule that finds the batch dim by its size
+    (``list(x.shape).index(info.batch_size)``) then picks a sample dim instead."""
+    if not layout.units():
+        return []
+    plans: list[Plan] = []
+    seen: set[str] = set()
+    for n in [s for s in sizes if s >= 2][:HAZARD_SIZES_MAX]:
+        mid: dict[Address, Any] = {}
+        for a in layout.addresses():
+            opts = dim_choices(layout.rank(a))
+            mid[a] = opts[1] if len(opts) == 3 else opts[-1]
+        for assignment in (mid, layout.uniform(-1)):
+            plan = HazardPlan((LevelPlan(n, layout.in_dims(assignment)),), "hazard", n)
+            if plan.id not in seen:
+                seen.add(plan.id)
+                plans.append(plan)
     return plans

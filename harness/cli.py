@@ -77,6 +77,12 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
         help="run cases in N worker processes (pytest-xdist), or auto",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    p.add_argument(
+        "--hazard-probe",
+        action="store_true",
+        help="also run vmap_hazard: batch sizes equal to sample dim sizes, which catch rules that "
+        "find the batch dim by its size (off by default: a collision can hide a misplaced dim)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -105,6 +111,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         device=args.device,
         plan_cap=args.plan_cap,
         timeout_s=args.timeout,
+        hazard_probe=bool(getattr(args, "hazard_probe", False)),
     )
     if args.batch_size:
         opts = opts.replace(batch_sizes=parse_int_list(args.batch_size, "--batch-size"))

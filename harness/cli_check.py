@@ -145,7 +145,7 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
 
 def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
     """The entry and options for a user target: samples validated, batch sizes chosen."""
-    from .api import base_samples, choose_batch_sizes
+    from .api import base_samples, choose_batch_sizes, slice_notes
 
     entry = spec.make_entry()
     base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
@@ -155,7 +155,8 @@ def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
         fixed_single=bool(spec.batch_size),
         fixed_nested=bool(spec.nested_batch_sizes),
     )
-    return entry, options
+    note = slice_notes(entry, base_samples(entry, options))
+    return entry, (options.replace(slice_note=note) if note else options)
 
 
 def describe_function(entry: Any) -> str:
@@ -216,6 +217,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"afdb check {spec.target}: {entry.name} ({describe_function(entry)})")
         if options.batch_size_note:
             print(f"batch sizes: {options.batch_size_note}")
+        if options.slice_note:
+            print(f"slices: {options.slice_note}")
         mode = (
             f"in {args.workers} worker processes"
             if args.workers not in (None, "0", "1")
@@ -311,6 +314,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
         options = options.replace(device=args.device)
     if args.plan_cap:
         options = options.replace(plan_cap=args.plan_cap)
+    if ",hazard=" in args.case_id:  # a hazard-probe case exists only with the probe on
+        options = options.replace(hazard_probe=True)
     from .cli import parse_int_list
 
     if args.batch_size:

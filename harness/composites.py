@@ -1,10 +1,12 @@
-"""Autodiff composed with vmap: ``grad_of_vmap``, ``vmap_of_vjp``, ``vmap_of_jvp``.
+"""Autodiff composed with vmap: ``grad_of_vmap``, ``jvp_of_vmap``, ``vmap_of_vjp``, ``vmap_of_jvp``.
 
-Plans (``CompositePlan``): the Function's in_dims from the single-level plan strategy with
-the cotangents/tangents batched at 0, then the extras at -1, the extras alone (arguments
-unbatched: the vmap rule is not called), the arguments alone (extras unbatched) and one
-nested plan. Ids read ``in_dims=(0,None),cotangents=0``. References are loops of
-per-slice eager calls, which never run a vmap rule.
+Plans: ``grad_of_vmap`` and ``jvp_of_vmap`` take the single-level strategy (exhaustive up
+to the composite cap, pairwise beyond) and one nested plan. ``vmap_of_vjp`` and
+``vmap_of_jvp`` (``CompositePlan``) put the cotangents/tangents in the covering array as
+one more unit at None, 0 or -1, so every pair of (argument position, argument position)
+and (argument position, extras position) occurs; then out_dims=-1 and one nested plan.
+Ids read ``in_dims=(0,None),cotangents=0``. References are loops of per-slice eager
+calls, which never run a vmap rule.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ from .batching import (
     SliceSource,
     as_tuple,
     build_batched_args,
+    choose_rows,
     concrete_out_dims,
     loop_reference,
     nested_plans,
     normalize_dim,
     single_level_plans,
     slice_call_args,
+    unit_choices,
     vmapped,
 )
 from .checks import (
@@ -109,25 +113,39 @@ class WithExtras:
         return (*self._slices.args(path), *(e.clone() for e in self._cache[key]))
 
 
+#: Positions of the extras (cotangents or tangents): all of them share one batch dim per level.
+EXTRA_CHOICES: tuple[int | None, ...] = (None, 0, -1)
+
+
 def _composite_plans(extra_name: str) -> Callable[[ArgLayout, Options], list[Plan | None]]:
+    """The Function's units and the extras as one more unit, in a strength-2 covering array
+    (exhaustive under the cap): every pair of positions of two arguments, or of an argument
+    and the extras, occurs in some plan. Then out_dims=-1 and one nested plan."""
+
     def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
         units = layout.units()
         if not units:
             return []
         b = options.batch_sizes[0]
         cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
-        zero = tuple(0 if r is not None else None for r in layout.ranks)
-        none = tuple(None for _ in layout.ranks)
-        candidates: list[Plan] = [
-            CompositePlan(p.levels, p.strategy, extra_name, (0,))
-            for p in single_level_plans(layout, b, cap=cap, seed=options.seed)
-            if p.levels[0].out_dims != MID  # out_dims=-1 stays; the vmap checks cover the rest
-        ]
-        candidates += [
-            CompositePlan((LevelPlan(b, zero),), "composite", extra_name, (-1,)),
-            CompositePlan((LevelPlan(b, none),), "composite", extra_name, (0,)),
-            CompositePlan((LevelPlan(b, zero),), "composite", extra_name, (None,)),
-        ]
+        per_unit = [unit_choices(layout, u) for u in units]
+        sizes = [*(len(c) for c in per_unit), len(EXTRA_CHOICES)]
+        rows, strategy = choose_rows(sizes, cap, options.seed, lambda r: any(v != 0 for v in r))
+        candidates: list[Plan] = []
+        for row in rows:
+            assignment: dict[Any, Any] = {}
+            for options_, r in zip(per_unit, row):
+                assignment.update(options_[r])
+            candidates.append(
+                CompositePlan(
+                    (LevelPlan(b, layout.in_dims(assignment)),),
+                    strategy,
+                    extra_name,
+                    (EXTRA_CHOICES[row[-1]],),
+                )
+            )
+        zero = layout.in_dims(layout.uniform(0))
+        candidates.append(CompositePlan((LevelPlan(b, zero, -1),), strategy, extra_name, (0,)))
         nb = tuple(options.nested_batch_sizes)
         if len(nb) >= 2:
             candidates.append(
@@ -157,6 +175,15 @@ def _grad_of_vmap_plans(layout: ArgLayout, options: Options) -> list[Plan | None
     if nested:
         plans.append(nested[0])
     return plans
+
+
+def _jvp_of_vmap_plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    """As grad_of_vmap, without the interior out_dims (the vmap checks cover it)."""
+    return [
+        p
+        for p in _grad_of_vmap_plans(layout, options)
+        if p is not None and all(lv.out_dims != MID for lv in p.levels)
+    ]
 
 
 def _extras_maker(
@@ -392,3 +419,77 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         )
     findings.raise_if_any()
     return LOOP_VJP_REFERENCE
+
+
+def run_jvp_of_vmap(ctx: CaseContext) -> str:
+    """``torch.func.jvp`` of ``vmap(f)``: forward mode through the vmap rule.
+
+    Each tangent is batched like its primal (same in_dims at every level), so the
+    reference is a loop of per-slice eager jvps (``torch.autograd.forward_ad``) on the
+    matching slices of primals and tangents, stacked at out_dims.
+    """
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    entry = ctx.entry
+    plan = ctx.plan
+    assert plan is not None
+    n = len(view.args)
+    findings = Findings.of(ctx)
+    full = Plan(
+        tuple(
+            dataclasses.replace(lv, in_dims=(*lv.in_dims, *(lv.in_dims[i] for i in view.diff)))
+            for lv in plan.levels
+        ),
+        plan.strategy,
+    )
+    source = WithExtras(ctx.slices, _extras_maker(ctx, "tangents", view.primals()))
+
+    def reference(*a: Any) -> tuple[Any, ...]:
+        return eager_jvp(entry, a[:n], view.diff, view.outs, list(a[n:]))
+
+    expected, _ = loop_reference(
+        lambda *a: attempt("per-slice eager jvp (reference)", reference, *a),
+        full,
+        source,  # type: ignore[arg-type]
+    )
+    batched = build_batched_args(full, source)  # type: ignore[arg-type]
+    label = f"jvp_of_vmap {plan.id}"
+    watch = Watch()
+    for i, a in enumerate(batched):
+        watch.add(f"input {i}" if i < n else f"the tangent of input {view.diff[i - n]}", a)
+    vf = vmapped(
+        _all_outputs(entry),
+        plan,
+        [lv.out_dims for lv in plan.levels],
+        randomness=ctx.vmap_randomness,
+    )
+
+    def f(*xs: Any) -> tuple[Any, ...]:
+        call = list(batched[:n])
+        for i, x in zip(view.diff, xs):
+            call[i] = x
+        outs = as_tuple(vf(*call))
+        return tuple(outs[j] for j in view.outs)
+
+    primals_out, tangents_out = attempt(
+        label,
+        torch.func.jvp,
+        f,
+        tuple(batched[i] for i in view.diff),
+        tuple(batched[n:]),
+    )
+    watch.verify(label, findings, "inputs and tangents must be left unchanged")
+    names = [f"primal output {j}" for j in view.outs] + [
+        f"tangent of output {j}" for j in view.outs
+    ]
+    actual = (*as_tuple(primals_out), *as_tuple(tangents_out))
+    for nm, a, e in zip(names, actual, expected):
+        findings.compare(
+            f"{label}: {nm}, torch.func.jvp of vmap (the Function's vmap rule and jvp) vs "
+            f"{LOOP_JVP_REFERENCE} (reference)",
+            a,
+            e,
+            e.dtype,
+        )
+    findings.raise_if_any()
+    return LOOP_JVP_REFERENCE

@@ -33,6 +33,8 @@ from .batching import (
 )
 from .checks import CaseContext, CheckFailure, CheckSpec, needs_vmap, register
 from .options import Options
+from .pytree_args import dim_at, fmt, leaves, map_leaves
+from .pytree_args import structure as arg_structure
 from .pytrees import FlatCall, describe_structure, is_flat, leaf_names, structure
 
 
@@ -45,18 +47,53 @@ class RuleCall:
     returned: Any
     #: Per-slice outputs of forward, when the rule's arguments were plain tensors.
     per_slice: tuple[Any, ...] | None = None
+    #: Problems with the in_dims the rule received (tree structure, ranges).
+    received: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
 def _is_plain(a: Any) -> bool:
-    return not isinstance(a, torch.Tensor) or not torch._C._functorch.is_batchedtensor(a)
+    return all(
+        not isinstance(v, torch.Tensor) or not torch._C._functorch.is_batchedtensor(v)
+        for _, v in leaves(a)
+    )
 
 
 def _slice0(a: Any, d: Any) -> Any:
-    if isinstance(a, torch.Tensor):
-        a = a.detach().clone()
-        return a.select(d, 0) if d is not None else a
-    return a
+    """Slice 0 of every batched tensor leaf of argument ``a`` (``d``: its in_dims pytree)."""
+
+    def one(keys: tuple[Any, ...], v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
+        dim = dim_at(d, keys)
+        v = v.detach().clone()
+        return v.select(dim, 0) if isinstance(dim, int) else v
+
+    return map_leaves(a, one)
+
+
+def in_dims_problems(where: str, in_dims: Any, args: Sequence[Any]) -> list[str]:
+    """The in_dims a rule receives must mirror its arguments: the same tree structure, None at
+    plain values, a dim in range (or None) at every tensor leaf."""
+    if arg_structure(tuple(in_dims)) != arg_structure(tuple(args)):
+        return [
+            f"{where}: the rule received in_dims {fmt(tuple(in_dims))}, whose tree structure "
+            f"differs from its arguments' {fmt(arg_structure(tuple(args)))}"
+        ]
+    problems = []
+    for (keys, d), (_, v) in zip(leaves(tuple(in_dims)), leaves(tuple(args))):
+        at = f"argument {keys[0]}" + "".join(f"[{k!r}]" for k in keys[1:])
+        if isinstance(v, torch.Tensor):
+            if d is not None and (isinstance(d, bool) or not isinstance(d, int)):
+                problems.append(f"{where}: in_dims of {at} is {d!r}, expected an int or None")
+            elif isinstance(d, int) and not 0 <= d < max(v.dim(), 1):
+                problems.append(
+                    f"{where}: in_dims of {at} is {d}, outside [0, {v.dim()}) for its "
+                    f"shape {tuple(v.shape)}"
+                )
+        elif d is not None:
+            problems.append(f"{where}: in_dims of {at} (a plain value) is {d!r}, expected None")
+    return problems
 
 
 def _recorder(original: Any, forward: Any, calls: list[RuleCall]) -> Any:
@@ -70,8 +107,11 @@ def _recorder(original: Any, forward: Any, calls: list[RuleCall]) -> Any:
                     per_slice = as_tuple(forward(*(_slice0(a, d) for a, d in zip(args, in_dims))))
                 except Exception:
                     per_slice = None
+        received = in_dims_problems(
+            f"vmap rule (info.batch_size={info.batch_size})", tuple(in_dims), args
+        )
         returned = original(info, in_dims, *args)
-        calls.append(RuleCall(info.batch_size, tuple(in_dims), returned, per_slice))
+        calls.append(RuleCall(info.batch_size, tuple(in_dims), returned, per_slice, received))
         return returned
 
     return recording_rule
@@ -132,6 +172,8 @@ def validate_call(
     """
     ret = call.returned
     where = f"vmap rule of {name} (info.batch_size={call.batch_size}, in_dims={call.in_dims})"
+    if call.received:
+        return list(call.received)
     if not isinstance(ret, tuple) or len(ret) != 2:
         kind = f"a tuple of {len(ret)}" if isinstance(ret, tuple) else type(ret).__name__
         return [f"{where} returned {kind}; it must return a 2-tuple (outputs, out_dims)"]
@@ -306,7 +348,9 @@ def _plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
     plans: list[Plan | None] = []
     for b in options.batch_sizes:
         plans.extend(single_level_plans(layout, b, cap=options.plan_cap, seed=options.seed))
-    plans.extend(nested_plans(layout, options.nested_batch_sizes))
+    plans.extend(
+        nested_plans(layout, options.nested_batch_sizes, cap=options.plan_cap, seed=options.seed)
+    )
     return plans
 
 

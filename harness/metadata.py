@@ -68,9 +68,14 @@ def run_metadata(
         "nested_batch_sizes": list(options.nested_batch_sizes),
         "chunk": list(options.chunk),
         "batch_size_note": options.batch_size_note,
+        "slice_note": options.slice_note,
+        "hazard_probe": options.hazard_probe,
         "plan_strategy": (
-            f"one level: exhaustive up to {options.plan_cap} in_dims plans per sample, covering "
-            "beyond; nested: fixed set; chunked: fixed set (see harness/batching.py)"
+            f"one level: exhaustive up to {options.plan_cap} in_dims plans per sample, pairwise "
+            "beyond (a strength-2 covering array over each tensor leaf's positions None, 0, "
+            "interior, -1); nested: fixed set plus pairwise per level; composite checks: "
+            "pairwise over the arguments and the cotangents/tangents; chunked: fixed set "
+            "(see harness/batching.py)"
         ),
         "checks": list(options.checks) if options.checks else "all",
         "source": source,

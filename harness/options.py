@@ -31,6 +31,10 @@ class Options:
     timeout_s: float | None = None
     #: Set when the harness chose batch sizes to avoid a user's sample dims.
     batch_size_note: str = ""
+    #: Set when some argument is the same in every slice (samples without a seed).
+    slice_note: str = ""
+    #: Opt-in: the vmap_hazard pass (batch sizes equal to sample dims).
+    hazard_probe: bool = False
 
     def hazard_sizes(self) -> tuple[int, ...]:
         sizes = {*self.batch_sizes, *self.nested_batch_sizes, *self.chunk}
@@ -51,6 +55,8 @@ class Options:
             "plan_cap": self.plan_cap,
             "timeout_s": self.timeout_s,
             "batch_size_note": self.batch_size_note,
+            "slice_note": self.slice_note,
+            "hazard_probe": self.hazard_probe,
         }
 
     @classmethod
@@ -66,4 +72,6 @@ class Options:
             plan_cap=int(d.get("plan_cap", 16)),
             timeout_s=d.get("timeout_s"),
             batch_size_note=d.get("batch_size_note", ""),
+            slice_note=d.get("slice_note", ""),
+            hazard_probe=bool(d.get("hazard_probe", False)),
         )

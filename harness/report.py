@@ -178,10 +178,35 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
     ]
     if md.get("batch_size_note"):
         rows.append(("batch size note", str(md["batch_size_note"])))
+    if md.get("slice_note"):
+        rows.append(("identical slices", str(md["slice_note"])))
     if md.get("expectations"):
         rows.append(("expectations", str(md["expectations"])))
     lines = ["| run | |", "|---|---|"]
     lines += [f"| {k} | {v if k == 'command' else md_escape(v)} |" for k, v in rows]
+    return lines
+
+
+def hazard_markdown(result: RunResult) -> list[str]:
+    """The hazard probe's own section (only when the run had hazard cases)."""
+    cases = [c for c in result.cases if c.check == "vmap_hazard"]
+    if not cases:
+        return []
+    sizes = sorted({int((c.plan or {}).get("hazard", 0)) for c in cases} - {0})
+    counts = Counter(c.status for c in cases)
+    lines = [
+        "",
+        f"## Hazard probe ({len(cases)} cases)",
+        "",
+        "Batch sizes equal to sample dim sizes "
+        f"({', '.join(map(str, sizes)) or '?'}), interior and last batch dims: a rule that finds "
+        "the batch dim by its size picks a sample dim instead. "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+        "",
+    ]
+    for c in cases:
+        if c.status in BAD_STATUSES:
+            lines.append(f"- {code_span(c.id)} **{c.status}**: {md_escape(clip(c.message, 300))}")
     return lines
 
 
@@ -219,6 +244,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
                 lines.append(f"  - reproduce: {code_span(c.repro)}")
         if len(failures) > max_failures:
             lines.append(f"- ... and {len(failures) - max_failures} more (see the JSON report)")
+    lines += hazard_markdown(result)
     unsupported: dict[tuple[str, str], str] = {}
     for c in result.cases:
         if c.status == UNSUPPORTED:

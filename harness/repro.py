@@ -22,12 +22,14 @@ from autograd_function_db.entry import Entry
 from .options import Options
 from .runner import Case
 
-VMAP_CHECKS = ("vmap", "vmap_nested", "vmap_chunked", "contract")
+VMAP_CHECKS = ("vmap", "vmap_nested", "vmap_chunked", "vmap_hazard", "contract")
 
 
 def _user_loader(spec: Any, entry: Entry) -> str:
     samples_expr = "load(SAMPLES_SPEC)" if spec.samples else "_samples_attr()"
     seeded = bool(getattr(entry.samples, "user_seeded", True))
+    diversity = getattr(entry.samples, "diversity", None)
+    keep = {k: tuple(sorted(v)) for k, v in diversity.keep.items()} if diversity else {}
     target = _portable(spec._resolved(spec.target))
     samples = _portable(spec._resolved(spec.samples)) if spec.samples else None
     return f'''
@@ -36,6 +38,9 @@ SAMPLES_SPEC = {samples!r}
 #: Whether the samples callable takes a seed (called once per slice) or not
 #: (called once, floating data perturbed per slice), as the harness decided.
 SEEDED = {seeded!r}
+#: Per sample, the integer/bool arguments kept identical in every slice (the Function's
+#: forward refused them shuffled).
+KEEP = {keep!r}
 
 
 def load(spec):
@@ -79,17 +84,25 @@ def _samples_attr():
 SAMPLES = {samples_expr}
 
 
-def perturbed(args, seed):
+def perturbed(args, seed, keep=()):
+    """Seeded noise on floating tensors, a shuffle of integer/bool tensors (except the
+    arguments in keep), as the harness varies slices of samples without a seed."""
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()):
+    shuffle_gen = torch.Generator().manual_seed((seed * 31 + 7) % 2**63)
+
+    def one(i, a):
+        if not isinstance(a, torch.Tensor):
+            return a
+        if a.is_floating_point() or a.is_complex():
             noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
             scale = float(a.detach().abs().mean()) if a.numel() else 1.0
-            out.append((a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype))
-        else:
-            out.append(a)
-    return tuple(out)
+            return (a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype)
+        if i in keep or a.numel() < 2:
+            return a
+        flat = a.detach().flatten()
+        return flat[torch.randperm(flat.numel(), generator=shuffle_gen)].reshape(a.shape)
+
+    return tuple(map_leaves(a, lambda _k, v, i=i: one(i, v)) for i, a in enumerate(args))
 
 
 def cast(args):
@@ -118,7 +131,10 @@ def samples_for(seed):
     if SEEDED:
         return [cast(as_args(s)) for s in SAMPLES(seed)]
     base = [as_args(s) for s in SAMPLES()]
-    return [cast(perturbed(a, derive_seed("perturb", seed)) if seed else a) for a in base]
+    return [
+        cast(perturbed(a, derive_seed("perturb", seed), KEEP.get(k, ())) if seed else a)
+        for k, a in enumerate(base)
+    ]
 '''
 
 
@@ -152,6 +168,30 @@ def derive_seed(*parts):
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def sample_seed(*parts):
+    """The seed a sample callable receives: derive_seed below 2**31 (numpy-safe)."""
+    return derive_seed(*parts) % 2**31
+
+
+def is_container(x):
+    return type(x) in (tuple, list) or type(x) is dict
+
+
+def map_leaves(x, fn, prefix=()):
+    """x rebuilt with every leaf replaced by fn(keys, leaf) (tuples, lists, dicts)."""
+    if type(x) in (tuple, list):
+        return type(x)(map_leaves(v, fn, (*prefix, k)) for k, v in enumerate(x))
+    if type(x) is dict:
+        return {k: map_leaves(v, fn, (*prefix, k)) for k, v in x.items()}
+    return fn(prefix, x)
+
+
+def get_at(x, keys):
+    for k in keys:
+        x = x[k]
+    return x
+
+
 _cache = {}
 
 
@@ -161,8 +201,11 @@ def slice_args(path=()):
     while key and key[-1] == 0:
         key = key[:-1]
     if key not in _cache:
-        _cache[key] = samples_for(derive_seed(SEED, ENTRY_NAME, "slice", key))[SAMPLE_INDEX]
-    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in _cache[key])
+        _cache[key] = samples_for(sample_seed(SEED, ENTRY_NAME, "slice", key))[SAMPLE_INDEX]
+    return tuple(
+        map_leaves(a, lambda _, v: v.detach().clone() if isinstance(v, torch.Tensor) else v)
+        for a in _cache[key]
+    )
 
 
 def as_tuple(out):
@@ -208,30 +251,49 @@ def compare(label, actual, expected):
 
 _VMAP = '''
 
-def arg_path(arg, path):
-    return tuple(i if LEVELS[k]["in_dims"][arg] is not None else 0 for k, i in enumerate(path))
+def leaf_dim(level, address):
+    """The batch dim of the tensor at address (argument, *keys) at one level (in_dims pytree)."""
+    spec = level["in_dims"][address[0]]
+    for k in address[1:]:
+        if spec is None or isinstance(spec, (int, str)):
+            return spec
+        spec = spec[k]
+    return spec
+
+
+def leaf_path(address, path):
+    return tuple(i if leaf_dim(LEVELS[k], address) is not None else 0 for k, i in enumerate(path))
+
+
+def assemble(j, value_at):
+    """Argument j with each tensor leaf from value_at(address) (plain values from the base)."""
+    base = slice_args()[j]
+    if not is_container(base):
+        return value_at((j,)) if isinstance(base, torch.Tensor) else base
+    return map_leaves(base, lambda keys, v: value_at((j, *keys)) if isinstance(v, torch.Tensor) else v)
 
 
 def slice_call_args(path):
     n = len(LEVELS[0]["in_dims"])
-    return tuple(slice_args(arg_path(j, path))[j] for j in range(n))
+    return tuple(
+        assemble(j, lambda a: get_at(slice_args(leaf_path(a, path))[a[0]], a[1:])) for j in range(n)
+    )
 
 
 def build_batched_args():
-    """Per-slice data stacked at each level's in_dims (distinct data per slice)."""
+    """Per-slice data stacked at each level's in_dims (distinct data per slice, per tensor leaf)."""
     n = len(LEVELS[0]["in_dims"])
 
-    def build(arg, level, path):
+    def build(address, level, path):
         if level == len(LEVELS):
-            return slice_args(arg_path(arg, path))[arg]
-        lv = LEVELS[level]
-        dim = lv["in_dims"][arg]
+            return get_at(slice_args(leaf_path(address, path))[address[0]], address[1:])
+        dim = leaf_dim(LEVELS[level], address)
         if dim is None:
-            return build(arg, level + 1, (*path, 0))
-        parts = [build(arg, level + 1, (*path, i)) for i in range(lv["batch_size"])]
+            return build(address, level + 1, (*path, 0))
+        parts = [build(address, level + 1, (*path, i)) for i in range(LEVELS[level]["batch_size"])]
         return torch.stack(parts, dim=dim % (parts[0].dim() + 1))
 
-    return tuple(build(j, 0, ()) for j in range(n))
+    return tuple(assemble(j, lambda a: build(a, 0, ())) for j in range(n))
 
 
 def resolve_out_dim(out_dim, ndim):
@@ -464,12 +526,59 @@ def main():
         tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in slice_args((b,)))
         for b in range(size)
     ]
-    batched = [
-        torch.stack([s[i] for s in slices], dim=d % (args[i].dim() + 1)) if d is not None else args[i]
-        for i, d in enumerate(dims)
-    ]
+
+    def leaf_dim0(i, keys):
+        spec = dims[i]
+        for k in keys:
+            if spec is None or isinstance(spec, int):
+                return spec
+            spec = spec[k]
+        return spec
+
+    def stacked(i):
+        """Argument i batched as the plan says (each tensor leaf at its own dim)."""
+        def one(keys, v):
+            d = leaf_dim0(i, keys)
+            if not isinstance(v, torch.Tensor) or d is None:
+                return v
+            return torch.stack([get_at(s[i], keys) for s in slices], dim=d % (v.dim() + 1))
+        return map_leaves(args[i], one)
+
+    def slice_of(b, i):
+        """Argument i as slice b of the batch sees it (unbatched leaves from the base)."""
+        def one(keys, v):
+            d = leaf_dim0(i, keys)
+            return get_at(slices[b][i], keys) if isinstance(v, torch.Tensor) and d is not None else v
+        return map_leaves(args[i], one)
+
+    batched = [stacked(i) for i in range(len(args))]
     per = slices
     problems = []
+    if CHECK == "jvp_of_vmap":
+        # each tangent batched like its primal (batch moved to 0); per-slice jvps as the reference
+        batched_idx = [i for i in idx if dims[i] is not None]
+        prim = {i: batched[i].movedim(dims[i] % (args[i].dim() + 1), 0) if i in batched_idx
+                else batched[i] for i in idx}
+        tangents = {i: torch.stack(randn_like_all([args[i]] * size, f"t{i}"), 0) if i in batched_idx
+                    else randn_like_all([args[i]], f"t{i}")[0] for i in idx}
+        in_dims = tuple((0 if i in batched_idx else None) if i in idx else dims[i] for i in range(len(args)))
+
+        def g(*xs):
+            full = list(batched)
+            for i, x in zip(idx, xs):
+                full[i] = x
+            return torch.func.vmap(lambda *a: restricted(a, [])(), in_dims=in_dims)(*full)
+
+        _, actual = torch.func.jvp(g, tuple(prim[i] for i in idx), tuple(tangents[i] for i in idx))
+        loops = []
+        for b in range(size):
+            a = [slice_of(b, i) for i in range(len(args))]
+            for i in idx:
+                a[i] = prim[i][b] if i in batched_idx else prim[i]
+            ts = tuple(tangents[i][b] if i in batched_idx else tangents[i] for i in idx)
+            loops.append(as_tuple(torch.func.jvp(restricted(a, idx), tuple(a[i] for i in idx), ts)[1]))
+        expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
+        return compare("jvp of vmap vs loop of per-slice jvps", as_tuple(actual), expected)
     if CHECK == "vmap_of_jvp":
         tangents = [torch.stack(randn_like_all([args[i]] * size, f"t{i}"), 0) for i in idx]
 
@@ -479,7 +588,7 @@ def main():
 
         in_dims = (*dims, *([0] * len(idx)))
         actual = as_tuple(torch.func.vmap(one, in_dims=in_dims)(*batched, *tangents))
-        loops = [as_tuple(one(*[per[b][i] if dims[i] is not None else args[i] for i in range(len(args))],
+        loops = [as_tuple(one(*[slice_of(b, i) for i in range(len(args))],
                               *[t[b] for t in tangents])) for b in range(size)]
         expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
         return compare("vmap of jvp vs loop of per-slice jvps", actual, expected)
@@ -493,7 +602,7 @@ def main():
 
     in_dims = (*dims, *([0] * len(cts)))
     actual = as_tuple(torch.func.vmap(pull, in_dims=in_dims)(*batched, *cts))
-    loops = [as_tuple(pull(*[per[b][i] if dims[i] is not None else args[i] for i in range(len(args))],
+    loops = [as_tuple(pull(*[slice_of(b, i) for i in range(len(args))],
                            *[c[b] for c in cts])) for b in range(size)]
     expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
     problems += compare(f"{CHECK} (vmap over primals and cotangents of vjp) vs loop", actual, expected)
@@ -524,7 +633,16 @@ def generate(
 ) -> str:
     """The text of a standalone script that reproduces ``case``."""
     rtol, atol = entry.tolerances.for_dtype(options.dtype)
-    levels = case.plan.to_dict()["levels"] if case.plan is not None else []
+    # The plan's own in_dims (tuples stay tuples, dicts dicts: vmap matches pytree types).
+    levels = [
+        {
+            "batch_size": lv.batch_size,
+            "in_dims": list(lv.in_dims),
+            "out_dims": lv.out_dims,
+            "chunk_size": lv.chunk_size,
+        }
+        for lv in (case.plan.levels if case.plan is not None else ())
+    ]
     module = target.target.rpartition(":")[0] if target is not None else "autograd_function_db"
     header = f'''#!/usr/bin/env python
 """Reproduce afdb case {case.id}

@@ -18,7 +18,7 @@ import torch
 
 from autograd_function_db.entry import Entry, Sample
 
-from .batching import ArgLayout, Plan, SliceSource, derive_seed
+from .batching import ArgLayout, Plan, SliceSource, sample_seed
 from .blame import blamed, blamed_reference, classify, internal_message
 from .checks import (
     CaseContext,
@@ -90,7 +90,7 @@ class EntryData:
         return (self.options.seed, self.entry.name)
 
     def base_samples(self) -> tuple[Sample, ...]:
-        return self._draw(derive_seed(*self.seed_parts, "slice", ()))
+        return self._draw(sample_seed(*self.seed_parts, "slice", ()))
 
     def slices(self, sample_index: int) -> SliceSource:
         return SliceSource(self._draw, sample_index, self.seed_parts)

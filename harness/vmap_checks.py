@@ -22,6 +22,7 @@ from .batching import (
     build_batched_args,
     chunked_plans,
     concrete_out_dims,
+    hazard_plans,
     loop_reference,
     nested_plans,
     normalize_dim,
@@ -315,11 +316,20 @@ def _single(layout: ArgLayout, options: Options) -> list[Plan | None]:
 
 
 def _nested(layout: ArgLayout, options: Options) -> list[Plan | None]:
-    return list(nested_plans(layout, options.nested_batch_sizes))
+    return list(
+        nested_plans(layout, options.nested_batch_sizes, cap=options.plan_cap, seed=options.seed)
+    )
 
 
 def _chunked(layout: ArgLayout, options: Options) -> list[Plan | None]:
     return list(chunked_plans(layout, *options.chunk))
+
+
+def _hazard(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    """Only with ``hazard_probe``: batch sizes equal to the sample's own dim sizes."""
+    if not options.hazard_probe:
+        return []
+    return list(hazard_plans(layout, layout.sizes))
 
 
 register(
@@ -353,5 +363,17 @@ register(
         "vmap",
         "loop over slices",
         "vmap(f, chunk_size=k): the rule sees batches smaller than the whole",
+    )
+)
+register(
+    CheckSpec(
+        "vmap_hazard",
+        lambda ctx: run_vmap_plan(ctx, "vmap_hazard"),
+        _hazard,
+        needs_vmap_or_fallback,
+        "vmap",
+        "loop over slices",
+        "opt-in (--hazard-probe): vmap with the batch size equal to a sample dim size, interior "
+        "and last batch dims, against the loop: catches rules that find the batch by its size",
     )
 )

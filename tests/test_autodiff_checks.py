@@ -31,6 +31,7 @@ def test_catalogue_registers_the_autodiff_family():
         "jvp",
         "vjp",
         "grad_of_vmap",
+        "jvp_of_vmap",
         "vmap_of_vjp",
         "vmap_of_jvp",
         "jvp_of_vjp",
@@ -66,10 +67,26 @@ def test_correct_twin_passes(name):
     assert statuses(results) == {"pass"}, [(r.id, r.status, r.message) for r in results]
 
 
+#: torch 2.13 bugs a twin runs into (case id prefix -> the plain-torch repro).
+TORCH_BUGS = {
+    # jvp of vmap of a generate_vmap_rule=True Function whose jvp returns None for a
+    # mark_non_differentiable float output: INTERNAL ASSERT "Expected both tensor and its
+    # forward grad to be floating point or complex" (autograd_meta.cpp:159); vmap of jvp of
+    # the same Function works. Repro: SinAndFloor below, then
+    # torch.func.jvp(torch.func.vmap(lambda a: SinAndFloor.apply(a)[0]), (x,), (t,)).
+    "SinAndFloor/jvp_of_vmap/": "torch internal assert under jvp of a generated rule",
+}
+
+
 def test_twins_pass_every_autodiff_check_they_claim():
     twins = {p.twin.name: p.twin for p in planted.PAIRS.values() if p.twin.gradient != "custom"}
     results = run_entries(list(twins.values()), Options(checks=AUTODIFF))
-    bad = [(r.id, r.status, r.message) for r in results if r.status not in ("pass", "unsupported")]
+    bad = [
+        (r.id, r.status, r.message)
+        for r in results
+        if r.status not in ("pass", "unsupported")
+        and not (r.status == "error" and any(r.id.startswith(k) for k in TORCH_BUGS))
+    ]
     assert not bad, bad
 
 

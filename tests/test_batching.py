@@ -39,16 +39,27 @@ def test_single_level_plans_are_exhaustive_when_small():
     assert outs == {0, -1, "mid"}
 
 
-def test_single_level_plans_cover_above_the_cap():
-    plans = single_level_plans(layout(3, 3, 3, 3), cap=16, seed=1)
+def test_single_level_plans_cover_every_pair_above_the_cap():
+    plans = single_level_plans(layout(3, 3, 3, 3, 3), cap=16, seed=1)
     in_dims = [p.levels[0].in_dims for p in plans if p.levels[0].out_dims == 0]
-    assert len(in_dims) == 16 and len(set(in_dims)) == 16
-    assert all(p.strategy == "covering" for p in plans)
-    assert (0, 0, 0, 0) in in_dims and (-1, -1, -1, -1) in in_dims and (2, 2, 2, 2) in in_dims
-    for i in range(4):  # each argument alone unbatched, others at 0
-        assert tuple(None if j == i else 0 for j in range(4)) in in_dims
-    again = single_level_plans(layout(3, 3, 3, 3), cap=16, seed=1)
-    assert [p.id for p in again] == [p.id for p in plans]  # deterministic
+    assert len(set(in_dims)) == len(in_dims) < 4**5 - 1
+    assert all(p.strategy == "pairwise" for p in plans)
+    assert in_dims[0] == (0, 0, 0, 0, 0)
+    positions = (None, 0, 2, -1)
+    for a in range(5):  # every pair of (argument a at p, argument b at q) occurs
+        for b in range(a + 1, 5):
+            for p in positions:
+                for q in positions:
+                    assert any(d[a] == p and d[b] == q for d in in_dims), (a, p, b, q)
+    again = single_level_plans(layout(3, 3, 3, 3, 3), cap=16, seed=1)
+    assert [p.id for p in again] == [p.id for p in plans]  # deterministic from the seed
+    other = single_level_plans(layout(3, 3, 3, 3, 3), cap=16, seed=2)
+    assert [p.id for p in other] != [p.id for p in plans]
+
+
+def test_pairwise_plans_grow_slowly_with_the_argument_count():
+    counts = [len(single_level_plans(layout(*[2] * n))) for n in (3, 8)]
+    assert counts[1] < 2 * counts[0]  # 4**8 combinations, yet well under 2x the plans of 3
 
 
 def test_linked_arguments_are_batched_together():
@@ -151,3 +162,53 @@ def test_registry_lookup_by_name_and_tag():
         afdb.REGISTRY.get("Nope")
     with pytest.raises(RegistryError, match="registered twice"):
         Registry([afdb.REGISTRY.get("NumpyMul"), afdb.REGISTRY.get("NumpyMul")])
+
+
+# --- pytree arguments ---------------------------------------------------------------------
+
+
+def test_tensor_leaves_of_containers_are_batched_each_on_its_own():
+    x, a, b = torch.randn(4, 5), torch.randn(5), torch.randn(4, 1)
+    lay = ArgLayout.of(Sample((x, (a, b), {"k": a, "v": 3})))
+    assert lay.addresses() == [(0,), (1, 0), (1, 1), (2, "k")]
+    plans = single_level_plans(lay, cap=1000)
+    dims = [p.levels[0].in_dims for p in plans if p.levels[0].out_dims == 0]
+    assert (0, (None, 1), None) in dims and (None, None, {"k": -1, "v": None}) in dims
+    assert all(d[1] is None or isinstance(d[1], tuple) for d in dims)
+    p = Plan((LevelPlan(2, (0, (None, 1), None)),))
+    assert p.id == "in_dims=(0,(None,1),None)"
+    assert p.to_dict()["levels"][0]["in_dims"] == [0, [None, 1], None]
+
+
+def test_linked_arguments_link_every_leaf_of_a_container():
+    t = torch.randn(4, 5)
+    lay = ArgLayout.of(Sample((t, (t, t))), linked=((0, 1),))
+    assert lay.units() == [((0,), (1, 0), (1, 1))]
+    for p in single_level_plans(lay):
+        d = p.levels[0].in_dims
+        assert (d[0] is None) == (d[1] is None)
+
+
+def test_container_leaves_take_their_own_slices():
+    def draw(seed):
+        g = torch.Generator().manual_seed(seed)
+        return [Sample((torch.randn(4, generator=g), (torch.randn(5, generator=g), 7)))]
+
+    slices = SliceSource(draw, 0, (0, "pair"))
+    plan = Plan((LevelPlan(2, (None, (-1, None))),))
+    x, (a, seven) = build_batched_args(plan, slices)
+    assert x.shape == (4,) and a.shape == (5, 2) and seven == 7
+    assert not torch.equal(a[:, 0], a[:, 1])
+    torch.testing.assert_close(a[:, 1], slices.args((1,))[1][0])
+    torch.testing.assert_close(x, slices.args()[0])  # unbatched: the base slice
+
+
+def test_contract_flags_in_dims_that_do_not_mirror_the_arguments():
+    from harness.contract import in_dims_problems
+
+    args = (torch.randn(2, 4), (torch.randn(4), torch.randn(4)))
+    assert in_dims_problems("rule", (0, (None, None)), args) == []
+    (wrong_tree,) = in_dims_problems("rule", (0, None), args)
+    assert "tree structure" in wrong_tree and "(*,(*,*))" in wrong_tree
+    (out_of_range,) = in_dims_problems("rule", (0, (None, 3)), args)
+    assert "argument 1[1]" in out_of_range and "outside [0, 1)" in out_of_range
