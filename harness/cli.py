@@ -259,12 +259,12 @@ def print_summary(result: RunResult, out: Any = None) -> None:
         if bad:
             cells = "; ".join(f"{c}: {status_cell(cnt)}" for c, cnt in bad.items())
             print(f"{entry:<{width}}  {cells}", file=out)
-    for r in result.failures()[:20]:
-        print(f"  {r.status.upper()} {r.id}\n    {r.message[:500]}", file=out)
-        if r.repro:
-            print(f"    reproduce: {r.repro}", file=out)
-    if len(result.failures()) > 20:
-        print(f"  ... {len(result.failures()) - 20} more in the reports", file=out)
+    from .grouping import failure_groups, terminal_lines
+
+    for line in terminal_lines(
+        failure_groups(result.cases), limit=20, message_chars=500, message_lines=1
+    ):
+        print(line, file=out)
     print(f"{result.verdict}: {result.summary_line()}", file=out)
 
 

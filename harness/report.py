@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunResult
+from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, XFAIL, RunResult
 
 
 def _file_mode(path: Path) -> int:
@@ -185,6 +185,74 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
     return lines
 
 
+def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -> list[str]:
+    """One item per root cause: status, count, checks, the message once, ids, one repro."""
+    from .grouping import failure_groups, headline, ids_text
+
+    groups = failure_groups(result.cases)
+    if not groups:
+        return []
+    cases = sum(g.count for g in groups)
+    lines = ["", f"## Failures ({cases} cases, {len(groups)} root causes)", ""]
+    for g in groups[:max_groups]:
+        what = code_span(g.first.id) if g.count == 1 else f"{md_escape(g.entry)}: {headline(g)}"
+        lines.append(f"- **{g.status}** {what}: {md_escape(clip(g.first.message, max_message))}")
+        if g.count > 1:
+            lines.append(f"  - cases: {ids_text(g, quote='`')}")
+        if g.repro:
+            lines.append(f"  - reproduce: {code_span(g.repro)}")
+    if len(groups) > max_groups:
+        rest = groups[max_groups:]
+        lines.append(
+            f"- ... and {len(rest)} more root causes ({sum(g.count for g in rest)} cases; "
+            "see the JSON report)"
+        )
+    return lines
+
+
+def _ids_markdown(ids: list[str], shown: int = 5) -> str:
+    text = ", ".join(code_span(i) for i in ids[:shown])
+    return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def expected_failures_markdown(result: RunResult) -> list[str]:
+    """Each expectation reason once, with how many cases it covered and which."""
+    by_reason: dict[str, list[str]] = {}
+    for c in result.cases:
+        if c.status == XFAIL:
+            reason = c.expectation or c.message
+            by_reason.setdefault(reason, []).append(c.id)
+    if not by_reason:
+        return []
+    total = sum(map(len, by_reason.values()))
+    lines = ["", f"## Expected failures ({total} cases, {len(by_reason)} reasons)", ""]
+    for reason, ids in by_reason.items():
+        lines.append(f"- {len(ids)} case{'s' if len(ids) != 1 else ''}: {md_escape(reason)}")
+        lines.append(f"  - {_ids_markdown(ids)}")
+    return lines
+
+
+def unsupported_markdown(result: RunResult) -> list[str]:
+    """Each distinct reason once (whole, never cut), with the entry x check it applies to."""
+    by_reason: dict[str, list[str]] = {}
+    pairs: set[tuple[str, str]] = set()
+    for c in result.cases:
+        if c.status == UNSUPPORTED and (c.entry, c.check) not in pairs:
+            pairs.add((c.entry, c.check))
+            by_reason.setdefault(c.message, []).append(f"{c.entry} / {c.check}")
+    if not by_reason:
+        return []
+    lines = [
+        "",
+        f"## Unsupported ({len(pairs)} entry x check, {len(by_reason)} reasons)",
+        "",
+    ]
+    for reason, where in by_reason.items():
+        lines.append(f"- {md_escape(reason)}")
+        lines.append(f"  - {', '.join(md_escape(w) for w in where)}")
+    return lines
+
+
 def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int = 1000) -> str:
     """The report for a PR comment: summary, metadata, entry x check matrix, failures, coverage."""
     md = result.metadata
@@ -208,25 +276,9 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     for entry, per_check in matrix.items():
         cells = [status_cell(per_check.get(c, Counter())) for c in checks]
         lines.append(f"| {md_escape(entry)} | " + " | ".join(cells) + " |")
-    failures = [c for c in result.cases if c.status in BAD_STATUSES]
-    if failures:
-        lines += ["", f"## Failures ({len(failures)})", ""]
-        for c in failures[:max_failures]:
-            lines.append(
-                f"- {code_span(c.id)} **{c.status}**: {md_escape(clip(c.message, max_message))}"
-            )
-            if c.repro:
-                lines.append(f"  - reproduce: {code_span(c.repro)}")
-        if len(failures) > max_failures:
-            lines.append(f"- ... and {len(failures) - max_failures} more (see the JSON report)")
-    unsupported: dict[tuple[str, str], str] = {}
-    for c in result.cases:
-        if c.status == UNSUPPORTED:
-            unsupported.setdefault((c.entry, c.check), c.message)
-    if unsupported:
-        lines += ["", f"## Unsupported ({len(unsupported)} entry x check)", ""]
-        for (entry, check), reason in unsupported.items():
-            lines.append(f"- {md_escape(entry)} / {check}: {md_escape(clip(reason, 300))}")
+    lines += failures_markdown(result, max_groups=max_failures, max_message=max_message)
+    lines += expected_failures_markdown(result)
+    lines += unsupported_markdown(result)
     lines += ["", *coverage_markdown(result)]
     return "\n".join(lines) + "\n"
 
