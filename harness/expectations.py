@@ -191,7 +191,7 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
         if extra:
             raise ExpectationsError(
                 f"{path}: {where}: unknown key {extra[0]!r}; an expectation has id, status, "
-                "reason and optionally torch (a version specifier such as \"<2.14\")"
+                'reason and optionally torch (a version specifier such as "<2.14")'
             )
         cid = item.get("id")
         if not isinstance(cid, str) or not cid:
@@ -224,8 +224,7 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
         key = (cid, spec.replace(" ", ""))
         if key in seen:
             raise ExpectationsError(
-                f"{path}: {where}: {cid}: listed twice"
-                + (f" for torch {spec}" if spec else "")
+                f"{path}: {where}: {cid}: listed twice" + (f" for torch {spec}" if spec else "")
             )
         seen.add(key)
         items.append(Expectation(cid, item["status"], reason.strip(), spec.strip()))
@@ -294,7 +293,9 @@ def from_results(results: list[CaseResult], previous: Expectations | None = None
                 added.append(Expectation(r.id, XFAIL, PLACEHOLDER))
     active = set(previous.active) if previous else set()
     kept = [e for e in (previous.items if previous else ()) if e in used or e not in active]
-    return Expectations(tuple(kept + added), torch_version=previous.torch_version if previous else None)
+    return Expectations(
+        tuple(kept + added), torch_version=previous.torch_version if previous else None
+    )
 
 
 def as_dict(e: Expectation) -> dict[str, Any]:

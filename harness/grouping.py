@@ -100,10 +100,14 @@ def ids_text(group: Group, shown: int = 3, quote: str = "") -> str:
     return text + (f" and {more} more" if more else "")
 
 
+def plural(n: int, word: str) -> str:
+    """``1 case``, ``2 cases``; ``1 root cause``, ``3 root causes``."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def headline(group: Group) -> str:
     """``8 cases in vmap, vmap_nested`` (what the group is, before its message)."""
-    noun = "case" if group.count == 1 else "cases"
-    return f"{group.count} {noun} in {', '.join(group.checks)}"
+    return f"{plural(group.count, 'case')} in {', '.join(group.checks)}"
 
 
 def clip_words(text: str, limit: int) -> str:
@@ -143,6 +147,7 @@ def terminal_lines(
         more = groups[limit:]
         cases = sum(g.count for g in more)
         lines.append(
-            f"  ... {len(more)} more root causes ({cases} cases) in the reports (--json, --markdown)"
+            f"  ... {plural(len(more), 'more root cause')} ({plural(cases, 'case')}) in the "
+            "reports (--json, --markdown)"
         )
     return lines

@@ -187,13 +187,17 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
 
 def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -> list[str]:
     """One item per root cause: status, count, checks, the message once, ids, one repro."""
-    from .grouping import failure_groups, headline, ids_text
+    from .grouping import failure_groups, headline, ids_text, plural
 
     groups = failure_groups(result.cases)
     if not groups:
         return []
     cases = sum(g.count for g in groups)
-    lines = ["", f"## Failures ({cases} cases, {len(groups)} root causes)", ""]
+    lines = [
+        "",
+        f"## Failures ({plural(cases, 'case')}, {plural(len(groups), 'root cause')})",
+        "",
+    ]
     for g in groups[:max_groups]:
         what = code_span(g.first.id) if g.count == 1 else f"{md_escape(g.entry)}: {headline(g)}"
         lines.append(f"- **{g.status}** {what}: {md_escape(clip(g.first.message, max_message))}")
@@ -204,8 +208,8 @@ def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -
     if len(groups) > max_groups:
         rest = groups[max_groups:]
         lines.append(
-            f"- ... and {len(rest)} more root causes ({sum(g.count for g in rest)} cases; "
-            "see the JSON report)"
+            f"- ... and {plural(len(rest), 'more root cause')} "
+            f"({plural(sum(g.count for g in rest), 'case')}; see the JSON report)"
         )
     return lines
 
@@ -224,10 +228,13 @@ def expected_failures_markdown(result: RunResult) -> list[str]:
             by_reason.setdefault(reason, []).append(c.id)
     if not by_reason:
         return []
+    from .grouping import plural
+
     total = sum(map(len, by_reason.values()))
-    lines = ["", f"## Expected failures ({total} cases, {len(by_reason)} reasons)", ""]
+    title = f"## Expected failures ({plural(total, 'case')}, {plural(len(by_reason), 'reason')})"
+    lines = ["", title, ""]
     for reason, ids in by_reason.items():
-        lines.append(f"- {len(ids)} case{'s' if len(ids) != 1 else ''}: {md_escape(reason)}")
+        lines.append(f"- {plural(len(ids), 'case')}: {md_escape(reason)}")
         lines.append(f"  - {_ids_markdown(ids)}")
     return lines
 
@@ -242,9 +249,11 @@ def unsupported_markdown(result: RunResult) -> list[str]:
             by_reason.setdefault(c.message, []).append(f"{c.entry} / {c.check}")
     if not by_reason:
         return []
+    from .grouping import plural
+
     lines = [
         "",
-        f"## Unsupported ({len(pairs)} entry x check, {len(by_reason)} reasons)",
+        f"## Unsupported ({len(pairs)} entry x check, {plural(len(by_reason), 'reason')})",
         "",
     ]
     for reason, where in by_reason.items():

@@ -169,9 +169,7 @@ def test_grid_has_one_cell_per_entry_and_check_worst_first(report_file, tmp_path
     assert cells[("Doubler", "vmap")]["title"] == "Doubler / vmap: 5 pass"
 
 
-CLICK_DOUBLER = (
-    'document.querySelector(\'#grid button.cell[data-entry="Doubler"][data-check="vmap"]\').click();'
-)
+CLICK_DOUBLER = 'document.querySelector(\'#grid button.cell[data-entry="Doubler"][data-check="vmap"]\').click();'
 
 
 def test_a_click_on_a_grid_cell_filters_the_case_table(report_file, tmp_path):
@@ -191,10 +189,16 @@ def test_the_case_table_groups_by_root_cause_collapsed(report_file, tmp_path):
     path, _ = report_file
     page = open_page(path, "", tmp_path)
     assert page.rows == [] and int(page.body["data-rendered"]) == 0  # collapsed by default
-    assert [(g["data-status"], g["data-count"]) for g in page.groups] == [("error", "5"), ("pass", "5")]
+    assert [(g["data-status"], g["data-count"]) for g in page.groups] == [
+        ("error", "5"),
+        ("pass", "5"),
+    ]
     assert all(g["aria-expanded"] == "false" for g in page.groups)
     opened = open_page(
-        path, "", tmp_path, then='document.querySelector(\'tr.group[data-status="error"]\').click();'
+        path,
+        "",
+        tmp_path,
+        then="document.querySelector('tr.group[data-status=\"error\"]').click();",
     )
     assert [r["status"] for r in opened.rows] == ["error"] * 5
     assert {r["entry"] for r in opened.rows} == {HOSTILE_NAME}

@@ -46,13 +46,21 @@ def test_readme_console_block_matches_a_real_run(block, tmp_path):
 
 
 def test_the_block_matcher_catches_drift():
-    expected = ("head", "...", "  FAIL vmap           9 pass, 8 fail", "  ...", "FAIL: 9 cases: 9 fail")
+    expected = (
+        "head",
+        "...",
+        "  FAIL vmap           9 pass, 8 fail",
+        "  ...",
+        "FAIL: 9 cases: 9 fail",
+    )
     good = "head\nnoise\nmore\n  FAIL vmap           9 pass, 8 fail\n  ok   jvp 1 pass\nFAIL: 9 cases: 9 fail\n"
     assert rb.matches(expected, good)
     assert not rb.matches(expected, good.replace("9 fail\n", "8 fail\n"))  # the summary drifted
     assert not rb.matches(expected, good.replace("8 fail", "7 fail"))  # a check's counts drifted
     assert not rb.matches(("a ... b",), "a x\nb\n")  # an in-line ... never spans lines
-    assert rb.refreshed(expected, good.replace("9 fail\n", "8 fail\n"))[-1] == "FAIL: 9 cases: 8 fail"
+    assert (
+        rb.refreshed(expected, good.replace("9 fail\n", "8 fail\n"))[-1] == "FAIL: 9 cases: 8 fail"
+    )
     message = rb.problem(rb.Step("afdb check x", expected), "FAIL: 9 cases: 8 fail\n")
     assert "README shows: FAIL: 9 cases: 9 fail" in message
     assert "actual:       FAIL: 9 cases: 8 fail" in message and rb.UPDATE in message
@@ -69,7 +77,9 @@ def _yaml_snippet() -> str:
 
 def test_the_ci_snippet_pins_a_cpu_torch_and_installs_the_suite_from_its_repository():
     snippet = _yaml_snippet()
-    pinned = next(ln for ln in (ROOT / "constraints.txt").read_text().split() if ln.startswith("torch=="))
+    pinned = next(
+        ln for ln in (ROOT / "constraints.txt").read_text().split() if ln.startswith("torch==")
+    )
     assert f"pip install {pinned} --index-url https://download.pytorch.org/whl/cpu" in snippet
     assert "pip install autograd-function-db " not in snippet  # no index has it
     assert "autograd-function-db @ git+https://" in snippet
