@@ -74,8 +74,12 @@ td.bad { color: var(--bad); font-weight: 600; }
 #grid button.cell { all: unset; display: block; width: 1.5em; height: 1.15em; border-radius: 2px; cursor: pointer; }
 #grid button.cell:hover, #grid button.cell:focus { outline: 2px solid #202124; }
 #grid button.cell.sel { outline: 3px solid #1a0dab; }
-.c-bad { background: var(--bad); } .c-xfail { background: #e0a800; } .c-pass { background: #34a853; }
-.c-unsupported { background: #bdc1c6; } .c-notrun { background: #f1f3f4; cursor: default !important; }
+#grid th { background: none; position: static; }
+.c-bad, #grid button.cell.c-bad { background: var(--bad); }
+.c-xfail, #grid button.cell.c-xfail { background: #e0a800; }
+.c-pass, #grid button.cell.c-pass { background: #34a853; }
+.c-unsupported, #grid button.cell.c-unsupported { background: #bdc1c6; }
+.c-notrun, #grid button.cell.c-notrun { background: #f1f3f4; cursor: default; }
 .legend { display: flex; gap: 1em; font-size: .85em; color: var(--muted); margin: .3em 0; }
 .legend i { display: inline-block; width: 1em; height: 1em; border-radius: 2px; vertical-align: -.15em; margin-right: .3em; }
 tr.group { cursor: pointer; background: #f8f9fa; } tr.group:hover { background: #eef0f2; }
