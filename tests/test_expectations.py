@@ -134,3 +134,22 @@ def test_progress_lines_count_statuses_after_expectations(capsys):
     else:
         assert "xfail" not in counts and "fail" not in counts, progress
     assert rc == 0 and "PASS" in out
+
+
+def test_a_missing_dependency_of_torchs_testing_internals_is_named(monkeypatch):
+    import importlib
+
+    from harness import sources
+
+    real = importlib.import_module
+
+    def no_expecttest(name, *args, **kwargs):
+        if name == sources.PYTORCH_MODULE:
+            raise ModuleNotFoundError("No module named 'expecttest'", name="expecttest")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(sources.importlib, "import_module", no_expecttest)
+    with pytest.raises(sources.SourceError) as err:
+        sources.pytorch_registry()
+    assert "needs the module 'expecttest'" in str(err.value)
+    assert "pip install expecttest" in str(err.value)
