@@ -32,11 +32,9 @@ def root_cause(case: CaseResult) -> str:
     """The case's message with its plan, ids and numbers taken out."""
     text = case.message
     plan_id = str((case.plan or {}).get("id", ""))
-    for literal, mark in ((case.id, "<case>"), (f"{case.check} {plan_id}", "<case>")):
-        if literal.strip():
-            text = text.replace(literal, mark)
+    text = text.replace(case.id, "<case>")
     if plan_id:
-        text = text.replace(plan_id, "<plan>")
+        text = text.replace(f"{case.check} {plan_id}", "<case>").replace(plan_id, "<plan>")
     if text.startswith(case.check + " "):
         text = "<check>" + text[len(case.check) :]
     text = _PLAN_PARTS.sub(lambda m: f"{m.group(1)}=<plan>", text)

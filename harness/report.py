@@ -219,12 +219,26 @@ def _ids_markdown(ids: list[str], shown: int = 5) -> str:
     return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
+def _reason_in_message(message: str) -> str:
+    """The reason inside ``expected failure (REASON): ...`` (reports written before cases
+    carried ``expectation``); the parenthesis that closes it is the one that balances."""
+    head = "expected failure ("
+    if not message.startswith(head):
+        return message
+    depth = 1
+    for i in range(len(head), len(message)):
+        depth += {"(": 1, ")": -1}.get(message[i], 0)
+        if depth == 0:
+            return message[len(head) : i] if message.startswith("): ", i) else message
+    return message
+
+
 def expected_failures_markdown(result: RunResult) -> list[str]:
     """Each expectation reason once, with how many cases it covered and which."""
     by_reason: dict[str, list[str]] = {}
     for c in result.cases:
         if c.status == XFAIL:
-            reason = c.expectation or c.message
+            reason = c.expectation or _reason_in_message(c.message)
             by_reason.setdefault(reason, []).append(c.id)
     if not by_reason:
         return []
@@ -241,23 +255,27 @@ def expected_failures_markdown(result: RunResult) -> list[str]:
 
 def unsupported_markdown(result: RunResult) -> list[str]:
     """Each distinct reason once (whole, never cut), with the entry x check it applies to."""
+    from .grouping import plural, root_cause
+
     by_reason: dict[str, list[str]] = {}
+    shown: dict[str, str] = {}  # reasons equal up to the plan read as one (the first's words)
     pairs: set[tuple[str, str]] = set()
     for c in result.cases:
         if c.status == UNSUPPORTED and (c.entry, c.check) not in pairs:
             pairs.add((c.entry, c.check))
-            by_reason.setdefault(c.message, []).append(f"{c.entry} / {c.check}")
+            key = root_cause(c)
+            shown.setdefault(key, c.message)
+            by_reason.setdefault(key, []).append(f"{c.entry} / {c.check}")
     if not by_reason:
         return []
-    from .grouping import plural
 
     lines = [
         "",
         f"## Unsupported ({len(pairs)} entry x check, {plural(len(by_reason), 'reason')})",
         "",
     ]
-    for reason, where in by_reason.items():
-        lines.append(f"- {md_escape(reason)}")
+    for key, where in by_reason.items():
+        lines.append(f"- {md_escape(shown[key])}")
         lines.append(f"  - {', '.join(md_escape(w) for w in where)}")
     return lines
 

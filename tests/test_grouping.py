@@ -175,3 +175,19 @@ FAIL: 6 cases: 1 pass, 4 fail, 1 error
 
 """,
         )
+
+
+def test_a_check_name_inside_a_reason_is_not_taken_for_the_plan():
+    a = case("A", "jvp", "", "unsupported", "no jvp staticmethod: add one")
+    b = case("A", "jacfwd", "", "unsupported", "no jvp staticmethod: add one")
+    assert root_cause(a) == root_cause(b) == "no jvp staticmethod: add one"
+
+
+def test_reports_without_the_expectation_field_still_group_expected_failures_by_reason():
+    reason = "torch bug (pytorch/pytorch#1, #2): f(x) fails"
+    old = [
+        case("A", "vmap", f"in_dims=({i},)", "xfail", f"expected failure ({reason}): size {i}")
+        for i in range(3)
+    ]
+    text = report.to_markdown(RunResult(old))
+    assert f"- 3 cases: {report.md_escape(reason)}\n" in text
