@@ -1,0 +1,485 @@
+"""Shared pieces of the autodiff checks: findings, views, restricted calls and references.
+
+* ``DiffView``: which arguments are differentiated (floating-point tensors only) and which
+  outputs get cotangents.
+* ``restricted``: the Function as a function of a subset of its inputs and outputs.
+* References (never the thing being checked): finite differences in float64, the
+  Function's eager backward for ``gradient="custom"`` entries, loops of per-slice eager calls.
+* ``Findings``: comparisons collected with one-line messages naming the sub-check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from autograd_function_db.entry import GRADIENT_CUSTOM, Entry
+
+from . import finite_diff as fd
+from .batching import (
+    as_tuple,
+)
+from .checks import (
+    CaseContext,
+    CheckFailure,
+    Unsupported,
+)
+from .compare import compare_tensors
+
+#: Above this many Jacobian columns (input elements), vjp references use the identity
+#: <J t, c> = <t, J^T c> with random directions instead of the full FD Jacobian.
+FULL_JACOBIAN_MAX = 160
+#: Random directions for the identity check.
+IDENTITY_DIRECTIONS = 3
+#: At most this many problems are spelled out in one failure message.
+MAX_PROBLEMS = 4
+#: Composite checks: cap on the primal in_dims plans (before the tangent-only/primal-only ones).
+COMPOSITE_PLAN_CAP = 8
+
+EAGER_CUSTOM_REFERENCE = "eager backward (gradient=custom)"
+LOOP_VJP_REFERENCE = "loop of per-slice eager vjp (torch.autograd.grad)"
+LOOP_JVP_REFERENCE = "loop of per-slice eager jvp (torch.autograd.forward_ad)"
+SECOND_ORDER_REFERENCE = "finite differences (float64) of the eager first-order vjp"
+
+ONCE_DIFFERENTIABLE_REASON = (
+    "backward is @once_differentiable: torch.func silently returns zeros (no error) for "
+    "second-order derivatives through it, so second order is not checked; write backward "
+    "with differentiable torch ops and drop the decorator to claim double backward"
+)
+
+
+class FunctionRaised(Exception):
+    """The Function (or torch on its behalf) raised inside a named sub-check."""
+
+
+def attempt(label: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn``; an exception is re-raised as FunctionRaised naming the sub-check."""
+    try:
+        return fn(*args, **kwargs)
+    except (CheckFailure, Unsupported, FunctionRaised):
+        raise
+    except Exception as e:
+        raise FunctionRaised(f"{label}: {type(e).__name__}: {e}").with_traceback(
+            e.__traceback__
+        ) from e
+
+
+# --- findings ------------------------------------------------------------------------------
+
+
+@dataclass
+class Findings:
+    """Problems found by one case, raised together as one CheckFailure."""
+
+    rtol: float
+    atol: float
+    problems: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+
+    def hint(self, text: str) -> None:
+        if text not in self.hints:
+            self.hints.append(text)
+
+    def outcome(self, subcheck: str, problems_before: int) -> None:
+        """Record whether ``subcheck`` added problems (for the summary of a failure)."""
+        target = self.failed if len(self.problems) > problems_before else self.passed
+        if subcheck not in target:
+            target.append(subcheck)
+
+    @classmethod
+    def of(cls, ctx: CaseContext) -> Findings:
+        rtol, atol = ctx.tolerances
+        return cls(rtol, atol)
+
+    def add(self, message: str | None) -> None:
+        if message:
+            self.problems.append(message)
+
+    def compare(
+        self,
+        label: str,
+        actual: Any,
+        expected: torch.Tensor,
+        dtype: torch.dtype | None = None,
+    ) -> bool:
+        """Values within tolerance; ``dtype``, when given, is the dtype ``actual`` must have."""
+        if not isinstance(actual, torch.Tensor):
+            self.add(f"{label}: got {type(actual).__name__}, reference a tensor")
+            return False
+        if dtype is not None and actual.dtype != dtype:
+            self.add(f"{label}: dtype {actual.dtype}, expected {dtype}")
+            return False
+        msg = compare_tensors(
+            actual.detach(),
+            expected.detach().to(actual.device),
+            rtol=self.rtol,
+            atol=self.atol,
+            label=label,
+            check_dtype=False,
+        )
+        self.add(msg)
+        return msg is None
+
+    def raise_if_any(self, hint: str = "") -> None:
+        if not self.problems:
+            return
+        shown = self.problems[:MAX_PROBLEMS]
+        more = len(self.problems) - len(shown)
+        text = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+        if self.failed and self.passed:
+            summary = "failing sub-checks: " + " ".join(f"[{n}]" for n in self.failed)
+            passing = [n for n in self.passed if n not in self.failed]
+            text = summary + "; passing: " + " ".join(f"[{n}]" for n in passing) + " -- " + text
+        hints = [*self.hints, *([hint] if hint else [])]
+        raise CheckFailure(text + "".join(f" -- {h}" for h in hints))
+
+
+def _close(findings: Findings, actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    if actual.shape != expected.shape:
+        return False
+    a, e = actual.detach().to(torch.float64), expected.detach().to(torch.float64)
+    return bool(torch.allclose(a, e, rtol=findings.rtol, atol=findings.atol))
+
+
+class Watch:
+    """Snapshots of tensors that a call must leave unchanged."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+
+    def add(self, what: str, t: Any) -> None:
+        if isinstance(t, torch.Tensor):
+            self._items.append((what, t, t.detach().clone()))
+
+    def verify(self, label: str, findings: Findings, why: str) -> None:
+        for what, t, before in self._items:
+            after = t.detach()
+            if after.shape != before.shape or not torch.equal(after, before):
+                findings.add(f"{label}: {what} was modified in place by the call ({why})")
+
+
+INPUT_WHY = "declare it with inplace_args (and ctx.mark_dirty) if that is intended"
+COTANGENT_WHY = "backward must not modify grad_output"
+TANGENT_WHY = "jvp must not modify the tangent of an input it does not modify"
+
+
+# --- the differentiable view of an entry -----------------------------------------------------
+
+
+def restricted(
+    entry: Entry, base: Sequence[Any], inputs: Sequence[int], outputs: Sequence[int]
+) -> Callable[..., tuple[Any, ...]]:
+    """The Function as a function of the arguments at ``inputs`` (others fixed to ``base``),
+    returning the outputs at ``outputs``. In-place arguments are cloned before the call."""
+    inplace = set(entry.caps.inplace_args)
+    base = tuple(base)
+
+    def f(*xs: Any) -> tuple[Any, ...]:
+        call = list(base)
+        for i, x in zip(inputs, xs):
+            call[i] = x
+        call = [
+            c.clone() if k in inplace and isinstance(c, torch.Tensor) else c
+            for k, c in enumerate(call)
+        ]
+        out = as_tuple(entry.call(*call))
+        return tuple(out[j] for j in outputs)
+
+    return f
+
+
+def _all_outputs(entry: Entry) -> Callable[..., tuple[Any, ...]]:
+    inplace = set(entry.caps.inplace_args)
+
+    def f(*args: Any) -> tuple[Any, ...]:
+        call = [
+            a.clone() if k in inplace and isinstance(a, torch.Tensor) else a
+            for k, a in enumerate(args)
+        ]
+        return as_tuple(entry.call(*call))
+
+    return f
+
+
+@dataclass
+class DiffView:
+    entry: Entry
+    args: tuple[Any, ...]
+    diff: tuple[int, ...]  # differentiable argument positions
+    outs: tuple[int, ...]  # differentiable output indices
+    outputs: tuple[Any, ...]  # the plain call's outputs (all of them)
+
+    def primals(self, args: Sequence[Any] | None = None) -> list[torch.Tensor]:
+        args = self.args if args is None else args
+        return [args[i] for i in self.diff]
+
+    @property
+    def input_shapes(self) -> list[torch.Size]:
+        return [self.args[i].shape for i in self.diff]
+
+    def fn(self, args: Sequence[Any] | None = None) -> Callable[..., tuple[Any, ...]]:
+        return restricted(self.entry, self.args if args is None else args, self.diff, self.outs)
+
+    def args64(self) -> tuple[Any, ...]:
+        return tuple(fd.upcast(a) for a in self.args)
+
+    def columns(self) -> int:
+        return sum(self.args[i].numel() for i in self.diff)
+
+
+def diff_view(ctx: CaseContext) -> DiffView:
+    entry = ctx.entry
+    args = ctx.slices.args()
+    if any(isinstance(a, torch.Tensor) and a.is_complex() for a in args):
+        raise Unsupported("complex inputs: the autodiff checks cover real dtypes only")
+    diff = tuple(i for i, a in enumerate(args) if fd.is_differentiable_dtype(a))
+    if not diff:
+        raise Unsupported("no floating-point tensor argument: nothing to differentiate")
+    with torch.no_grad():
+        outputs = attempt("plain call", _all_outputs(entry), *args)
+    outs = tuple(
+        j
+        for j, o in enumerate(outputs)
+        if fd.is_differentiable_dtype(o) and j not in entry.caps.nondiff_outputs
+    )
+    if not outs:
+        raise Unsupported(
+            "no differentiable output (all are integer, bool or declared non-differentiable)"
+        )
+    return DiffView(entry, args, diff, outs, tuple(outputs))
+
+
+def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Standard normal tensors shaped and typed like ``likes`` (drawn in float64)."""
+    return [
+        torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype).to(t.device)
+        for t in likes
+    ]
+
+
+def noncontiguous(t: torch.Tensor) -> torch.Tensor:
+    """The same values in a non-contiguous layout (stride 2 in the last dim)."""
+    if t.dim() == 0 or t.numel() <= 1:
+        return t.clone()
+    return torch.stack([t, torch.zeros_like(t)], dim=-1).select(-1, 0)
+
+
+def eager_protocol(ctx: CaseContext, view: DiffView) -> None:
+    """Contract of a plain eager call with leaves that require grad (raises on a violation)."""
+    entry = ctx.entry
+    findings = Findings.of(ctx)
+    args = ctx.slices.args()
+    leaves = [
+        a.detach().clone().requires_grad_(True) if i in view.diff else a for i, a in enumerate(args)
+    ]
+    watch = Watch()
+    for i, a in enumerate(leaves):
+        watch.add(f"input {i}", a)
+    inplace = set(entry.caps.inplace_args)
+    call = [
+        a.clone() if i in inplace and isinstance(a, torch.Tensor) else a
+        for i, a in enumerate(leaves)
+    ]
+    with torch.enable_grad():
+        outs = as_tuple(attempt("eager call", entry.call, *call))
+    watch.verify("eager call", findings, INPUT_WHY)
+    for i in sorted(inplace):
+        if i >= len(call) or not isinstance(call[i], torch.Tensor):
+            continue
+        if not any(o is call[i] for o in outs):
+            findings.add(
+                f"in-place protocol: argument {i} is declared in-place (inplace_args) but no "
+                "output is that same tensor object: modify the input, call ctx.mark_dirty(input) "
+                "in setup_context and return the input itself"
+            )
+        elif (
+            i in view.diff
+            and call[i].grad_fn is not None
+            and "Clone" in type(call[i].grad_fn).__name__
+        ):
+            findings.add(
+                f"in-place protocol: after the call argument {i} still has grad_fn "
+                f"{type(call[i].grad_fn).__name__}: the Function did not record itself on the "
+                "modified input (ctx.mark_dirty missing?)"
+            )
+    for j in entry.caps.nondiff_outputs:
+        if j < len(outs) and isinstance(outs[j], torch.Tensor) and outs[j].requires_grad:
+            findings.add(
+                f"non-differentiable outputs: output {j} is declared non-differentiable "
+                "(nondiff_outputs) but requires grad; call ctx.mark_non_differentiable on it "
+                "in setup_context"
+            )
+    findings.raise_if_any()
+
+
+# --- eager references (no torch.func) --------------------------------------------------------
+
+
+def eager_vjp(
+    entry: Entry,
+    args: Sequence[Any],
+    wrt: Sequence[int],
+    outputs: Sequence[int],
+    cotangents: Sequence[torch.Tensor | None],
+    *,
+    create_graph: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """``torch.autograd.grad`` of the selected outputs w.r.t. fresh leaves at ``wrt``.
+
+    With ``create_graph`` the tensors at ``wrt`` are used as they are (the caller's
+    leaves), so the result can be differentiated again."""
+    with torch.enable_grad():
+        if create_graph:
+            leaves = [args[i] for i in wrt]
+        else:
+            leaves = [args[i].detach().clone().requires_grad_(True) for i in wrt]
+        outs = restricted(entry, args, wrt, outputs)(*leaves)
+        pairs = [
+            (o, c)
+            for o, c in zip(outs, cotangents)
+            if c is not None and isinstance(o, torch.Tensor) and o.requires_grad
+        ]
+        if not pairs:
+            return tuple(torch.zeros_like(x) for x in leaves)
+        grads = torch.autograd.grad(
+            [o for o, _ in pairs],
+            leaves,
+            [c for _, c in pairs],
+            allow_unused=True,
+            materialize_grads=True,
+            create_graph=create_graph,
+        )
+    return tuple(grads if create_graph else (g.detach() for g in grads))
+
+
+def eager_jvp(
+    entry: Entry,
+    args: Sequence[Any],
+    wrt: Sequence[int],
+    outputs: Sequence[int],
+    tangents: Sequence[torch.Tensor],
+) -> tuple[torch.Tensor, ...]:
+    """Primal outputs then their tangents, by eager forward-mode AD (dual tensors)."""
+    with fwAD.dual_level():
+        duals = [fwAD.make_dual(args[i].detach().clone(), t) for i, t in zip(wrt, tangents)]
+        outs = restricted(entry, args, wrt, outputs)(*duals)
+        primal, tangent = [], []
+        for o in outs:
+            p, t = fwAD.unpack_dual(o)
+            primal.append(p.detach().clone())
+            tangent.append(torch.zeros_like(p) if t is None else t.detach().clone())
+    return (*primal, *tangent)
+
+
+def eager_jacobian(view: DiffView) -> list[list[torch.Tensor]]:
+    """Jacobian blocks [output][input] from the Function's own eager backward, row by row."""
+    blocks: list[list[torch.Tensor]] = []
+    shapes = view.input_shapes
+    for j in view.outs:
+        out = view.outputs[j]
+        rows: list[tuple[torch.Tensor, ...]] = []
+        for e in range(out.numel()):
+            cot = torch.zeros(out.numel(), dtype=out.dtype, device=out.device)
+            cot[e] = 1
+            cots: list[torch.Tensor | None] = [
+                cot.reshape(out.shape) if k == j else None for k in view.outs
+            ]
+            rows.append(
+                attempt(
+                    "eager backward (reference)",
+                    eager_vjp,
+                    view.entry,
+                    view.args,
+                    view.diff,
+                    view.outs,
+                    cots,
+                )
+            )
+        blocks.append(
+            [
+                torch.stack([r[i].to(torch.float64) for r in rows]).reshape((*out.shape, *shape))
+                if rows
+                else torch.zeros((*out.shape, *shape), dtype=torch.float64)
+                for i, shape in enumerate(shapes)
+            ]
+        )
+    return blocks
+
+
+def is_custom(entry: Entry) -> bool:
+    return entry.gradient == GRADIENT_CUSTOM
+
+
+#: FD Jacobians by (entry, sample, seed, dtype, device): vjp, jacrev and jacfwd of one sample
+#: share one (the reference is a deterministic function of the base sample).
+_JACOBIAN_CACHE: dict[Any, list[list[torch.Tensor]]] = {}
+_JACOBIAN_CACHE_SIZE = 32
+
+
+def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torch.Tensor]], str]:
+    """The full reference Jacobian of the view: FD, or the eager backward for gradient=custom."""
+    if is_custom(view.entry):
+        return eager_jacobian(view), EAGER_CUSTOM_REFERENCE
+    key: Any = (
+        view.entry,
+        ctx.sample_index,
+        ctx.options.seed,
+        ctx.options.dtype,
+        ctx.options.device,
+    )
+    try:
+        cached = _JACOBIAN_CACHE.get(key)
+    except TypeError:  # an entry with unhashable fields
+        key, cached = None, None
+    if cached is not None:
+        return cached, fd.FD_REFERENCE
+    args64 = view.args64()
+    blocks = attempt(
+        "finite differences (reference, float64 forward)",
+        fd.jacobian,
+        restricted(view.entry, args64, view.diff, view.outs),
+        view.primals(args64),
+        step=view.entry.tolerances.fd_step,
+    )
+    if key is not None:
+        if len(_JACOBIAN_CACHE) >= _JACOBIAN_CACHE_SIZE:
+            _JACOBIAN_CACHE.pop(next(iter(_JACOBIAN_CACHE)))
+        _JACOBIAN_CACHE[key] = blocks
+    return blocks, fd.FD_REFERENCE
+
+
+def _subsets(items: Sequence[int], word: str, plural: str) -> list[tuple[str, tuple[int, ...]]]:
+    subsets = [(f"all {plural}", tuple(items))]
+    if len(items) > 1:
+        subsets += [(f"{word} {k} alone", (k,)) for k in items]
+    return subsets
+
+
+def _identity_problems(
+    label: str,
+    findings: Findings,
+    grads: Sequence[torch.Tensor],
+    directions: Sequence[Sequence[torch.Tensor]],
+    rhs: Sequence[float],
+    columns: int,
+) -> None:
+    """<t, J^T c> from the Function vs <J t, c> from finite differences, per direction."""
+    for k, (t, r) in enumerate(zip(directions, rhs)):
+        lhs = fd.dot(t, grads)
+        err = abs(lhs - r)
+        scale = max(fd.abs_dot(t, grads), abs(r))
+        bound = findings.atol * sum(float(x.abs().sum()) for x in t) + findings.rtol * scale
+        if not err <= bound:
+            findings.add(
+                f"{label}: <t, J^T c> from the Function's vjp = {lhs:.6g}, <J t, c> from "
+                f"{fd.FD_REFERENCE} (reference) = {r:.6g} for random direction t #{k}: "
+                f"abs error {err:.3g}, rel error {err / max(abs(r), 1e-300):.3g}; "
+                f"rtol={findings.rtol:g}, atol={findings.atol:g} (identity check: "
+                f"{columns} Jacobian columns > {FULL_JACOBIAN_MAX})"
+            )

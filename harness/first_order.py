@@ -1,0 +1,250 @@
+"""First-order autodiff checks: ``jvp``, ``vjp``, ``jacrev`` and ``jacfwd``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from . import finite_diff as fd
+from .autodiff_refs import (
+    COTANGENT_WHY,
+    EAGER_CUSTOM_REFERENCE,
+    FULL_JACOBIAN_MAX,
+    IDENTITY_DIRECTIONS,
+    INPUT_WHY,
+    Findings,
+    Watch,
+    _close,
+    _identity_problems,
+    _subsets,
+    attempt,
+    diff_view,
+    eager_protocol,
+    eager_vjp,
+    is_custom,
+    noncontiguous,
+    random_like,
+    reference_jacobian,
+    restricted,
+)
+from .checks import (
+    CaseContext,
+)
+
+# --- jvp -------------------------------------------------------------------------------------
+
+
+def run_jvp(ctx: CaseContext) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    entry = ctx.entry
+    findings = Findings.of(ctx)
+    tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
+    custom = is_custom(entry)
+    jac, ref_name = reference_jacobian(ctx, view) if custom else (None, fd.FD_REFERENCE)
+    args64 = view.args64()
+
+    def reference(subset: Sequence[int]) -> list[torch.Tensor]:
+        if jac is not None:
+            full = [tangents[i] if i in subset else None for i in view.diff]
+            return fd.jvp_from_jacobian(jac, full, view.input_shapes)
+        return attempt(
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            restricted(entry, args64, subset, view.outs),
+            [args64[i] for i in subset],
+            [tangents[i] for i in subset],
+            step=entry.tolerances.fd_step,
+        )
+
+    cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
+    cases.append(("non-contiguous inputs and tangents", view.diff, True))
+    for name, subset, strided in cases:
+        label = f"jvp: {name}"
+        before = len(findings.problems)
+        args = list(view.args)
+        tans = [tangents[i].clone() for i in subset]
+        if strided:
+            for i in subset:
+                args[i] = noncontiguous(args[i])
+            tans = [noncontiguous(t) for t in tans]
+        watch = Watch()
+        for i, a in enumerate(args):
+            watch.add(f"input {i}", a)
+        for i, t in zip(subset, tans):
+            watch.add(f"the tangent of input {i}", t)
+        f = restricted(entry, args, subset, view.outs)
+        out, tout = attempt(
+            f"{label} (torch.func.jvp)",
+            torch.func.jvp,
+            f,
+            tuple(args[i] for i in subset),
+            tuple(tans),
+        )
+        watch.verify(label, findings, "inputs and tangents must be left unchanged")
+        for k, j in enumerate(view.outs):
+            findings.compare(
+                f"{label}: primal output {j} under torch.func.jvp vs the plain call",
+                out[k],
+                view.outputs[j],
+            )
+        for j, actual, expected in zip(view.outs, tout, reference(subset)):
+            findings.compare(
+                f"{label}: tangent of output {j}, torch.func.jvp (the Function's jvp) vs "
+                f"{ref_name} (reference)",
+                actual,
+                expected,
+                view.outputs[j].dtype,
+            )
+        findings.outcome(name, before)
+    findings.raise_if_any()
+    return ref_name
+
+
+# --- vjp -------------------------------------------------------------------------------------
+
+
+def run_vjp(ctx: CaseContext) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    entry = ctx.entry
+    findings = Findings.of(ctx)
+    cot = dict(
+        zip(
+            view.outs,
+            random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs]),
+        )
+    )
+    custom = is_custom(entry)
+    columns = view.columns()
+    jac = None
+    ref_name = EAGER_CUSTOM_REFERENCE if custom else fd.FD_REFERENCE
+    if not custom and columns <= FULL_JACOBIAN_MAX:
+        jac, ref_name = reference_jacobian(ctx, view)
+    args64 = view.args64()
+
+    def reference(ins: Sequence[int], outs: Sequence[int]) -> list[torch.Tensor] | None:
+        cots: list[torch.Tensor | None] = [cot[j] if j in outs else None for j in view.outs]
+        if custom:
+            full = attempt(
+                "eager backward (reference)",
+                eager_vjp,
+                entry,
+                view.args,
+                view.diff,
+                view.outs,
+                [None if c is None else c.clone() for c in cots],
+            )
+        elif jac is not None:
+            full = fd.vjp_from_jacobian(jac, cots, view.input_shapes)
+        else:
+            return None
+        return [full[view.diff.index(i)] for i in ins]
+
+    def check_grads(
+        label: str, ins: Sequence[int], outs: Sequence[int], grads: Sequence[Any]
+    ) -> None:
+        expected = reference(ins, outs)
+        if expected is not None:
+            for i, actual, e in zip(ins, grads, expected):
+                ok = findings.compare(
+                    f"{label}: grad of input {i} vs {ref_name} (reference)",
+                    actual,
+                    e,
+                    view.args[i].dtype,
+                )
+                if not ok and isinstance(actual, torch.Tensor):
+                    for k, other in zip(ins, expected):
+                        if k != i and _close(findings, actual, other):
+                            findings.hint(
+                                f"the grad of input {i} equals the reference grad of input {k}: "
+                                "backward returns its gradients in the wrong order?"
+                            )
+            return
+        gen = ctx.generator("directions", label)
+        directions = [
+            random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)
+        ]
+        f64 = restricted(entry, args64, ins, outs)
+        rhs = []
+        for t in directions:
+            jt = attempt(
+                "finite differences (reference, float64 forward)",
+                fd.directional,
+                f64,
+                [args64[i] for i in ins],
+                t,
+                step=entry.tolerances.fd_step,
+            )
+            rhs.append(fd.dot(jt, [cot[j] for j in outs]))
+        _identity_problems(label, findings, grads, directions, rhs, columns)
+
+    cases = [
+        (f"{in_name}, {out_name}", ins, outs, False)
+        for in_name, ins in _subsets(view.diff, "input", "inputs")
+        for out_name, outs in _subsets(view.outs, "output", "outputs")
+    ]
+    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
+    for name, ins, outs, strided in cases:
+        before = len(findings.problems)
+        args = list(view.args)
+        if strided:
+            for i in ins:
+                args[i] = noncontiguous(args[i])
+        for how in ("torch.func.vjp", "torch.autograd.grad"):
+            label = f"vjp: {name} ({how}, the Function's backward)"
+            cots = [cot[j].clone() for j in outs]
+            if strided:
+                cots = [noncontiguous(c) for c in cots]
+            watch = Watch()
+            for i, a in enumerate(args):
+                watch.add(f"input {i}", a)
+            cot_watch = Watch()
+            for j, c in zip(outs, cots):
+                cot_watch.add(f"the cotangent of output {j}", c)
+            if how == "torch.func.vjp":
+                f = restricted(entry, args, ins, outs)
+                _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(args[i] for i in ins))
+                grads = attempt(label, vjp_fn, tuple(cots))
+            else:
+                grads = attempt(label, eager_vjp, entry, args, ins, outs, cots)
+            watch.verify(label, findings, INPUT_WHY)
+            cot_watch.verify(label, findings, COTANGENT_WHY)
+            check_grads(label, ins, outs, grads)
+        findings.outcome(name, before)
+    findings.raise_if_any()
+    return ref_name
+
+
+# --- jacrev / jacfwd -------------------------------------------------------------------------
+
+
+def run_jacobian(ctx: CaseContext, kind: str) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    findings = Findings.of(ctx)
+    transform: Callable[..., Any] = torch.func.jacrev
+    if kind == "jacfwd":
+        transform = functools.partial(torch.func.jacfwd, randomness=ctx.vmap_randomness)
+    watch = Watch()
+    for i, a in enumerate(view.args):
+        watch.add(f"input {i}", a)
+    argnums = tuple(range(len(view.diff)))
+    jac = attempt(
+        f"{kind} (torch.func.{kind})", transform(view.fn(), argnums=argnums), *view.primals()
+    )
+    watch.verify(kind, findings, INPUT_WHY)
+    ref, ref_name = reference_jacobian(ctx, view)
+    for k, j in enumerate(view.outs):
+        for m, i in enumerate(view.diff):
+            findings.compare(
+                f"{kind}: d(output {j})/d(input {i}), torch.func.{kind} (the Function's "
+                f"{'backward' if kind == 'jacrev' else 'jvp'}) vs {ref_name} Jacobian (reference)",
+                jac[k][m],
+                ref[k][m],
+            )
+    findings.raise_if_any()
+    return ref_name
