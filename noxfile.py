@@ -8,6 +8,7 @@
                                          (-- --strict: fail when it regressed vs the baseline)
     nox -s baseline                      regenerate reports/baseline/torch-2.13.0-cpu.json
     nox -s regression                    2.13.0 vs 2.14.1 -> reports/regression-torch-2.13.0-vs-2.14.1.md
+    nox -s "wheel(torch='2.14.1')"       the built wheel alone: the main job exits 0 from an empty dir
 
 torch 2.13.0 is installed through ``-c constraints.txt`` (the CPU wheel on this machine
 class). 2.14.1 is a CUDA build, about 5.5 GB once installed with its nvidia-* wheels; the
@@ -18,6 +19,7 @@ that is data for the reports, so the sessions accept it.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import nox
@@ -148,3 +150,26 @@ def regression(session: nox.Session) -> None:
         success_codes=[0, 1],
     )
     session.log(f"wrote {target}")
+
+
+@nox.session
+@nox.parametrize("torch", TORCH_VERSIONS)
+def wheel(session: nox.Session, torch: str) -> None:
+    """The wheel as a user installs it: the main job (both sources) exits 0 from an empty
+    directory, with the expectations the wheel carries (their "torch" conditions choose)."""
+    session.install("build")
+    dist = (OUT / "dist").resolve()
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), ".")
+    wheel_file = str(next(dist.glob("*.whl")))
+    if torch == BASELINE_TORCH:
+        session.install("-c", "constraints.txt", wheel_file)
+    else:
+        session.install(f"torch=={torch}", wheel_file)
+    empty = tempfile.mkdtemp(prefix="afdb-wheel-")
+    with session.chdir(empty):
+        session.run(
+            "python", "-c", "import harness, torch; print(harness.__file__, torch.__version__)"
+        )
+        session.run("afdb", "run", "--device", DEVICE, "-q", "--json", "afdb.json")
+        session.run("afdb", "run", "--source", "pytorch", "--device", DEVICE, "-q")

@@ -212,8 +212,11 @@ class Progress:
     in-process and under workers (where results arrive all at once at the end).
     """
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, expectations: Any = None) -> None:
         self.quiet = quiet
+        #: Statuses are counted after these expectations (an expected failure is xfail,
+        #: as in the summary); the results themselves are changed later, once.
+        self.expectations = expectations
         self.current: str | None = None
         self.counts: dict[str, int] = {}
         self.seconds = 0.0
@@ -222,12 +225,23 @@ class Progress:
         if r.entry != self.current:
             self.flush()
             self.current = r.entry
-        self.counts[r.status] = self.counts.get(r.status, 0) + 1
+        status = r.status
+        if self.expectations is not None:
+            import dataclasses
+
+            from .expectations import apply
+
+            status = apply(self.expectations, dataclasses.replace(r)).status
+        self.counts[status] = self.counts.get(status, 0) + 1
         self.seconds += r.duration_s
 
     def flush(self) -> None:
         if self.current is not None and not self.quiet:
-            parts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
+            from .results import STATUSES
+
+            order = {s: i for i, s in enumerate(STATUSES)}
+            ranked = sorted(self.counts.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
+            parts = ", ".join(f"{n} {s}" for s, n in ranked)
             print(f"{self.current}: {parts} ({self.seconds:.1f}s in cases)", flush=True)
         self.counts = {}
         self.seconds = 0.0
@@ -252,12 +266,12 @@ def print_summary(result: RunResult, out: Any = None) -> None:
         if bad:
             cells = "; ".join(f"{c}: {status_cell(cnt)}" for c, cnt in bad.items())
             print(f"{entry:<{width}}  {cells}", file=out)
-    for r in result.failures()[:20]:
-        print(f"  {r.status.upper()} {r.id}\n    {r.message[:500]}", file=out)
-        if r.repro:
-            print(f"    reproduce: {r.repro}", file=out)
-    if len(result.failures()) > 20:
-        print(f"  ... {len(result.failures()) - 20} more in the reports", file=out)
+    from .grouping import failure_groups, terminal_lines
+
+    for line in terminal_lines(
+        failure_groups(result.cases), limit=20, message_chars=500, message_lines=1
+    ):
+        print(line, file=out)
     print(f"{result.verdict}: {result.summary_line()}", file=out)
 
 
@@ -333,7 +347,6 @@ def execute(
     from .runner import run_entries
 
     started = time.time()
-    progress = Progress(args.quiet)
     expectations = None
     if getattr(args, "expectations", None):
         from . import expectations as ex
@@ -342,6 +355,7 @@ def execute(
             expectations = ex.load(args.expectations)
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
+    progress = Progress(args.quiet, expectations)
     workers = getattr(args, "workers", None)
     interrupted = False
     isolate = getattr(args, "isolate", False)  # afdb check: a worker process even for one
@@ -455,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-expectations",
         action="store_true",
-        help="ignore the source's committed expectations file (reports/expectations/SOURCE.json)",
+        help="ignore the source's committed expectations (harness/known_failures/SOURCE.json)",
     )
     p.set_defaults(func=cmd_run)
 

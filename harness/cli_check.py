@@ -184,18 +184,13 @@ def print_check_summary(result: RunResult) -> None:
         if check in reasons and set(counts) == {"unsupported"}:
             line += f" ({reasons[check][:100]})"
         print(line)
-    failures = result.failures()
-    if failures:
+    from .grouping import failure_groups, terminal_lines
+
+    groups = failure_groups(result.cases)
+    if groups:
         print("")
-    for r in failures[:30]:
-        message = r.message if len(r.message) <= 800 else r.message[:800] + " ..."
-        print(f"  {r.status.upper()} {r.id}")
-        for line in message.splitlines()[:12]:
-            print(f"    {line}")
-        if r.repro:
-            print(f"    reproduce: {r.repro}")
-    if len(failures) > 30:
-        print(f"  ... {len(failures) - 30} more in the reports (--json, --markdown)")
+    for line in terminal_lines(groups, limit=30):
+        print(line)
     unmatched = result.metadata.get("unmatched_expectations") or []
     for u in unmatched:
         print(f"  note: expectation {u!r} matches no case")

@@ -7,6 +7,13 @@ An ``id`` matches a case whose id equals it or starts with it followed by "/".
 The longest matching id wins. An xfail that passes becomes ``xpass`` (which
 fails the run until the file is updated); an expectation that matches no case
 is reported.
+
+An optional ``"torch"`` field holds a version specifier (``"<2.14"``,
+``">=2.13,<2.15"``; PEP 440, evaluated with ``packaging``): the expectation holds
+only on a torch it admits (local labels such as ``+cpu`` are ignored, and dev
+builds count as their release), so one file serves several torch versions. On
+another torch it says nothing: it is neither applied nor reported as unmatched,
+and ``--accept`` keeps it as it is.
 """
 
 from __future__ import annotations
@@ -16,10 +23,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from .results import FAIL, PASS, SKIP, XFAIL, XPASS, CaseResult
 
 SCHEMA = "afdb-expectations/1"
 STATUSES = (XFAIL, SKIP)
+KEYS = ("id", "status", "reason", "torch")
+
+
+def installed_torch() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def torch_admits(spec: str, version: str) -> bool:
+    """Whether the torch ``version`` satisfies the specifier ``spec`` ("" admits every one)."""
+    if not spec:
+        return True
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    # A nightly 2.14.0.dev counts as 2.14.0; a local label (+cpu, +cu130) is not a version.
+    return SpecifierSet(spec).contains(Version(v.base_version), prereleases=True)
 
 
 class ExpectationsError(ValueError):
@@ -31,35 +60,41 @@ class Expectation:
     id: str
     status: str
     reason: str
+    torch: str = ""  #: a version specifier; "" holds on every torch
 
     def matches(self, case_id: str) -> bool:
         return case_id == self.id or case_id.startswith(self.id.rstrip("/") + "/")
+
+    def holds_on(self, torch_version: str) -> bool:
+        return torch_admits(self.torch, torch_version)
 
 
 @dataclass(frozen=True)
 class Expectations:
     items: tuple[Expectation, ...] = ()
     path: str = ""
+    #: The torch the ``"torch"`` conditions are evaluated against (None: the installed one).
+    torch_version: str | None = None
+
+    @property
+    def active(self) -> tuple[Expectation, ...]:
+        """The expectations that hold on this torch."""
+        version = self.torch_version or installed_torch()
+        return tuple(e for e in self.items if e.holds_on(version))
 
     def lookup(self, case_id: str) -> Expectation | None:
         best = None
-        for e in self.items:
+        for e in self.active:
             if e.matches(case_id) and (best is None or len(e.id) > len(best.id)):
                 best = e
         return best
 
     def unmatched(self, case_ids: list[str]) -> list[Expectation]:
-        return [e for e in self.items if not any(e.matches(c) for c in case_ids)]
+        return [e for e in self.active if not any(e.matches(c) for c in case_ids)]
 
     def to_json(self) -> str:
         return json.dumps(
-            {
-                "schema": SCHEMA,
-                "expectations": [
-                    {"id": e.id, "status": e.status, "reason": e.reason} for e in self.items
-                ],
-            },
-            indent=2,
+            {"schema": SCHEMA, "expectations": [as_dict(e) for e in self.items]}, indent=2
         )
 
 
@@ -138,7 +173,7 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
             f'{path}: {_where(text, "expectations")}: "expectations" must be a list'
         )
     items = []
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     item_lines = _item_lines(text)
     unknown_top = sorted(set(data) - {"schema", "expectations"})
     if unknown_top:
@@ -152,10 +187,11 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
             raise ExpectationsError(
                 f"{path}: {where}: expectation {i} must be an object with id, status, reason"
             )
-        extra = sorted(set(item) - {"id", "status", "reason"})
+        extra = sorted(set(item) - set(KEYS))
         if extra:
             raise ExpectationsError(
-                f"{path}: {where}: unknown key {extra[0]!r}; an expectation has id, status, reason"
+                f"{path}: {where}: unknown key {extra[0]!r}; an expectation has id, status, "
+                'reason and optionally torch (a version specifier such as "<2.14")'
             )
         cid = item.get("id")
         if not isinstance(cid, str) or not cid:
@@ -172,10 +208,26 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
                 f"{path}: {where}: {cid}: a reason is required (a link or words), got {reason!r}"
                 + ("; replace the placeholder that --accept wrote" if reason == PLACEHOLDER else "")
             )
-        if cid in seen:
-            raise ExpectationsError(f"{path}: {where}: {cid}: listed twice")
-        seen.add(cid)
-        items.append(Expectation(cid, item["status"], reason.strip()))
+        spec = item.get("torch", "")
+        if not isinstance(spec, str) or ("torch" in item and not spec.strip()):
+            raise ExpectationsError(
+                f'{path}: {where}: {cid}: "torch" must be a version specifier such as "<2.14" '
+                f'or ">=2.13,<2.15", got {spec!r}'
+            )
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            raise ExpectationsError(
+                f'{path}: {where}: {cid}: "torch" must be a version specifier such as "<2.14" '
+                f'or ">=2.13,<2.15" (PEP 440), got {spec!r}'
+            ) from None
+        key = (cid, spec.replace(" ", ""))
+        if key in seen:
+            raise ExpectationsError(
+                f"{path}: {where}: {cid}: listed twice" + (f" for torch {spec}" if spec else "")
+            )
+        seen.add(key)
+        items.append(Expectation(cid, item["status"], reason.strip(), spec.strip()))
     return Expectations(tuple(items), path)
 
 
@@ -198,6 +250,7 @@ def apply(expectations: Expectations, result: CaseResult) -> CaseResult:
     if exp.status == SKIP:
         result.status = SKIP
         result.message = f"skipped by expectation: {exp.reason}"
+        result.expectation = exp.reason
     elif exp.status == XFAIL:
         if result.status == PASS:
             result.status = XPASS
@@ -205,9 +258,11 @@ def apply(expectations: Expectations, result: CaseResult) -> CaseResult:
                 f"expected to fail ({exp.reason}) but passed: remove or update the expectation "
                 f"{exp.id!r}"
             )
+            result.expectation = exp.reason
         elif result.status not in ("unsupported", "internal"):  # the suite's bugs stay visible
             result.message = f"expected failure ({exp.reason}): {result.message}"
             result.status = XFAIL
+            result.expectation = exp.reason
     return result
 
 
@@ -219,29 +274,35 @@ def should_skip(expectations: Expectations | None, case_id: str) -> Expectation 
 
 
 def from_results(results: list[CaseResult], previous: Expectations | None = None) -> Expectations:
-    """The expectations a run implies (for ``--accept``): keep reasons, ask for new ones."""
-    items: list[Expectation] = []
+    """The expectations a run implies (for ``--accept``): keep reasons, ask for new ones.
+
+    Entries whose ``"torch"`` condition does not hold on this torch say nothing about
+    this run: they are kept as they are, in their place. Kept entries keep their
+    condition; new ones get none.
+    """
+    used: set[Expectation] = set()
+    added: list[Expectation] = []
     covered: set[str] = set()
     for r in results:
-        if r.status in (FAIL, "error", "timeout", "crash", XFAIL):
+        if r.status in (FAIL, "error", "timeout", "crash", XFAIL, SKIP):
             exp = previous.lookup(r.id) if previous else None
             if exp is not None:
-                if exp.id not in covered:
-                    covered.add(exp.id)
-                    items.append(exp)
-            elif r.id not in covered:
+                used.add(exp)
+            elif r.status != SKIP and r.id not in covered:
                 covered.add(r.id)
-                items.append(Expectation(r.id, XFAIL, PLACEHOLDER))
-        elif r.status == SKIP:
-            exp = previous.lookup(r.id) if previous else None
-            if exp is not None and exp.id not in covered:
-                covered.add(exp.id)
-                items.append(exp)
-    return Expectations(tuple(items))
+                added.append(Expectation(r.id, XFAIL, PLACEHOLDER))
+    active = set(previous.active) if previous else set()
+    kept = [e for e in (previous.items if previous else ()) if e in used or e not in active]
+    return Expectations(
+        tuple(kept + added), torch_version=previous.torch_version if previous else None
+    )
 
 
 def as_dict(e: Expectation) -> dict[str, Any]:
-    return {"id": e.id, "status": e.status, "reason": e.reason}
+    d = {"id": e.id, "status": e.status, "reason": e.reason}
+    if e.torch:
+        d["torch"] = e.torch
+    return d
 
 
 def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | None:
@@ -251,7 +312,7 @@ def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | No
         return None
     from .runner import case_record
 
-    return case_record(case, SKIP, f"skipped by expectation: {exp.reason}")
+    return case_record(case, SKIP, f"skipped by expectation: {exp.reason}", expectation=exp.reason)
 
 
 def load_previous(path: str | Path) -> Expectations | None:
@@ -265,7 +326,12 @@ def load_previous(path: str | Path) -> Expectations | None:
     except ExpectationsError:
         data = json.loads(text)  # a placeholder left unfilled: keep what is there
         items = tuple(
-            Expectation(e["id"], e.get("status", XFAIL), e.get("reason") or PLACEHOLDER)
+            Expectation(
+                e["id"],
+                e.get("status", XFAIL),
+                e.get("reason") or PLACEHOLDER,
+                e["torch"] if isinstance(e.get("torch"), str) else "",
+            )
             for e in data.get("expectations", [])
             if isinstance(e, dict) and isinstance(e.get("id"), str)
         )
@@ -285,13 +351,12 @@ def accept(path: str | Path, results: list[CaseResult]) -> tuple[Expectations, l
         raise ExpectationsError(f"{path}: cannot read it to --accept ({err})") from None
     new = from_results(results, previous)
     changes = []
-    old_ids = {e.id for e in previous.items} if previous else set()
-    new_ids = {e.id for e in new.items}
+    old = set(previous.items) if previous else set()
     for e in new.items:
-        if e.id not in old_ids:
+        if e not in old:
             changes.append(f"added {e.id} (xfail): write its reason in {path}")
     for e in previous.items if previous else ():
-        if e.id not in new_ids:
+        if e not in new.items:
             changes.append(f"removed {e.id} (it passes now, or matches no case)")
     write_atomic(path, new.to_json() + "\n")
     return Expectations(new.items, str(path)), changes

@@ -1,5 +1,11 @@
 """The HTML report: one self-contained file (no network), a sortable, filterable case table.
 
+At the top, the entry x check grid: one coloured cell per entry and check (red: some case
+does not conform; amber: expected failures; green: passes; grey: unsupported or skipped;
+blank: not run), the counts on hover, and a click that filters the case table to that
+entry and check. Entries are sorted worst first. The case table groups cases by root
+cause (``harness.grouping``), groups collapsed; ``view=flat`` lists every case.
+
 Everything that comes from a Function or an error message is data, never markup: the
 server-side parts go through ``html.escape`` and the cases travel as JSON inside a
 ``<script type="application/json">`` block (with ``<``, ``>`` and ``&`` written as
@@ -9,7 +15,8 @@ DOM with ``textContent`` only. A Content-Security-Policy forbids every load from
 The view state (filters and sort) lives in the URL hash, read at load, so a link can
 point at "the failures of NumpyMul": ``report.html#status=bad&entry=NumpyMul``.
 Keys: ``q`` (text in id, entry, check or message), ``status`` (a status, ``bad`` or
-``notpass``), ``entry``, ``check``, ``sort`` (a column) and ``dir`` (``asc``/``desc``).
+``notpass``), ``entry``, ``check``, ``sort`` (a column), ``dir`` (``asc``/``desc``) and
+``view`` (``flat`` for one row per case instead of root-cause groups).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .grouping import group_cases
 from .report import write_atomic
 from .results import BAD_STATUSES, STATUSES, RunResult, internal_first
 
@@ -70,6 +78,26 @@ button.link { all: unset; cursor: pointer; color: #1a0dab; text-decoration: unde
 #entry-panel { border: 1px solid var(--line); padding: .4em .8em; margin: .6em 0; }
 #entry-panel[hidden] { display: none; }
 td.bad { color: var(--bad); font-weight: 600; }
+#grid { width: auto; border-collapse: separate; border-spacing: 2px; }
+#grid th, #grid td { border: 0; padding: 0; }
+#grid th.check { writing-mode: vertical-rl; transform: rotate(180deg); font-weight: 500; font-size: .8em; padding: .2em 0; background: none; position: static; }
+#grid th.entry { text-align: right; padding-right: .5em; font-weight: 500; font-size: .85em; white-space: nowrap; background: none; position: static; }
+#grid button.cell { all: unset; display: block; width: 1.5em; height: 1.15em; border-radius: 2px; cursor: pointer; }
+#grid button.cell:hover, #grid button.cell:focus { outline: 2px solid #202124; }
+#grid button.cell.sel { outline: 3px solid #1a0dab; }
+#grid th { background: none; position: static; }
+.c-bad, #grid button.cell.c-bad { background: var(--bad); }
+.c-xfail, #grid button.cell.c-xfail { background: #e0a800; }
+.c-pass, #grid button.cell.c-pass { background: #34a853; }
+.c-unsupported, #grid button.cell.c-unsupported { background: #bdc1c6; }
+.c-notrun, #grid button.cell.c-notrun { background: #f1f3f4; cursor: default; }
+.legend { display: flex; gap: 1em; font-size: .85em; color: var(--muted); margin: .3em 0; }
+.legend i { display: inline-block; width: 1em; height: 1em; border-radius: 2px; vertical-align: -.15em; margin-right: .3em; }
+tr.group { cursor: pointer; background: #f8f9fa; } tr.group:hover { background: #eef0f2; }
+tr.group td { border-top: 1px solid var(--line); } tr.group .tog { display: inline-block; width: 1em; color: var(--muted); }
+tr.group .n { font-weight: 600; margin: 0 .4em; } tr.group .checks { color: var(--muted); margin-right: .4em; }
+tr.group .gmsg { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size: .85em; color: #3c4043; }
+tr.case.in-group td:first-child { padding-left: 1.6em; }
 """
 
 SCRIPT = r"""
@@ -80,11 +108,11 @@ SCRIPT = r"""
   var rank = {}; SEVERITY.forEach(function (s, i) { rank[s] = i; });
   var cases = DATA.cases.map(function (a, i) {
     return {i: i, id: a[0], entry: a[1], check: a[2], sample: a[3], status: a[4],
-            message: a[5], duration_s: a[6], repro: a[7], reference: a[8], plan: a[9]};
+            message: a[5], duration_s: a[6], repro: a[7], reference: a[8], plan: a[9], group: a[10]};
   });
-  var KEYS = ["q", "status", "entry", "check", "sort", "dir"];
-  var state = {q: "", status: "", entry: "", check: "", sort: "status", dir: "asc"};
-  var limit = 1000, open = {};
+  var KEYS = ["q", "status", "entry", "check", "sort", "dir", "view"];
+  var state = {q: "", status: "", entry: "", check: "", sort: "status", dir: "asc", view: ""};
+  var limit = 1000, open = {}, openGroups = {};
 
   function el(tag, text, cls) {
     var e = document.createElement(tag);
@@ -153,6 +181,7 @@ SCRIPT = r"""
   fillSelect(chSel, [""].concat(checks), ["all checks"].concat(checks));
   function syncControls() {
     qIn.value = state.q; stSel.value = state.status; enSel.value = state.entry; chSel.value = state.check;
+    grouped.checked = state.view !== "flat";
   }
   qIn.addEventListener("input", function () { state.q = qIn.value; update(); });
   stSel.addEventListener("change", function () { state.status = stSel.value; update(); });
@@ -161,6 +190,8 @@ SCRIPT = r"""
   document.getElementById("clear").addEventListener("click", function () {
     state.q = state.status = state.entry = state.check = ""; update();
   });
+  var grouped = document.getElementById("grouped");
+  grouped.addEventListener("change", function () { state.view = grouped.checked ? "" : "flat"; update(); });
   document.querySelectorAll("#cases th[data-key]").forEach(function (th) {
     th.querySelector("button").addEventListener("click", function () {
       var k = th.getAttribute("data-key");
@@ -184,12 +215,57 @@ SCRIPT = r"""
     return SEVERITY.filter(function (s) { return counts[s]; })
       .map(function (s) { return counts[s] + " " + s; }).join(", ") || "-";
   }
+  function worst(counts) {  // the rank of the worst status among these counts
+    var r = SEVERITY.length;
+    Object.keys(counts).forEach(function (s) { if (counts[s] && rank[s] < r) r = rank[s]; });
+    return r;
+  }
+  // Worst first: most non-conforming cases, then the worst status, then report order.
+  var ranked = entries.slice().sort(function (a, b) {
+    return perEntry[b].bad - perEntry[a].bad || worst(perEntry[a].counts) - worst(perEntry[b].counts) ||
+      entries.indexOf(a) - entries.indexOf(b);
+  });
+  function cellClass(counts) {
+    if (!counts) return "notrun";
+    var has = function (list) { return list.some(function (s) { return counts[s]; }); };
+    if (has(BAD)) return "bad";
+    if (has(["xfail"])) return "xfail";
+    if (has(["pass"])) return "pass";
+    return "unsupported";
+  }
+  function renderGrid() {
+    var t = document.getElementById("grid"), head = el("tr");
+    head.appendChild(el("th", ""));
+    checks.forEach(function (ch) { head.appendChild(el("th", ch, "check")); });
+    t.appendChild(head);
+    ranked.forEach(function (name) {
+      var tr = el("tr");
+      tr.setAttribute("data-entry", name);
+      tr.appendChild(el("th", name, "entry"));
+      checks.forEach(function (ch) {
+        var counts = perEntry[name].checks[ch], td = el("td"), cls = cellClass(counts);
+        var b = el("button", null, "cell c-" + cls), tip = name + " / " + ch + ": " + (counts ? countsText(counts) : "not run");
+        b.type = "button"; b.title = tip; b.setAttribute("aria-label", tip);
+        b.setAttribute("data-entry", name); b.setAttribute("data-check", ch); b.setAttribute("data-class", cls);
+        if (counts) b.addEventListener("click", function () {
+          state.entry = name; state.check = ch; state.status = ""; state.q = ""; update();
+          document.getElementById("cases").scrollIntoView();
+        });
+        else b.disabled = true;
+        td.appendChild(b); tr.appendChild(td);
+      });
+      t.appendChild(tr);
+    });
+  }
+  function markGrid() {
+    document.querySelectorAll("#grid button.cell").forEach(function (b) {
+      var on = b.getAttribute("data-entry") === state.entry && b.getAttribute("data-check") === state.check;
+      b.classList.toggle("sel", on);
+    });
+  }
   function renderEntries() {
     var tb = document.querySelector("#entries tbody");
-    var names = entries.slice().sort(function (a, b) {
-      return perEntry[b].bad - perEntry[a].bad || entries.indexOf(a) - entries.indexOf(b);
-    });
-    names.forEach(function (name) {
+    ranked.forEach(function (name) {
       var e = perEntry[name], tr = el("tr"), td = el("td"), b = el("button", name, "link");
       tr.setAttribute("data-entry", name);
       b.addEventListener("click", function () { state.entry = name; update(); document.getElementById("cases").scrollIntoView(); });
@@ -237,47 +313,90 @@ SCRIPT = r"""
     tr.appendChild(td);
     return tr;
   }
+  function groupRow(g, members) {
+    var c = members[0], tr = el("tr", null, "group"), td = el("td");
+    td.colSpan = 7;
+    tr.setAttribute("data-group", String(g));
+    tr.setAttribute("data-status", c.status);
+    tr.setAttribute("data-entry", c.entry);
+    tr.setAttribute("data-count", String(members.length));
+    tr.setAttribute("aria-expanded", openGroups[g] ? "true" : "false");
+    td.appendChild(el("span", openGroups[g] ? "\u25BE" : "\u25B8", "tog"));
+    td.appendChild(el("span", c.status, "st " + c.status));
+    td.appendChild(el("span", members.length + (members.length === 1 ? " case" : " cases"), "n"));
+    var chs = [];
+    members.forEach(function (m) { if (chs.indexOf(m.check) < 0) chs.push(m.check); });
+    td.appendChild(el("span", c.entry + " / " + chs.join(", "), "checks"));
+    var msg = c.message.length > 300 ? c.message.slice(0, 299) + "\u2026" : c.message;
+    td.appendChild(el("span", members.length === 1 ? c.id + (msg ? ": " + msg : "") : msg, "gmsg"));
+    tr.appendChild(td);
+    tr.addEventListener("click", function () { openGroups[g] = !openGroups[g]; render(); });
+    return tr;
+  }
   function render() {
     var hits = cases.filter(matches).sort(compare);
     var tb = document.querySelector("#cases tbody");
     tb.textContent = "";
-    var shown = hits.slice(0, limit);
-    shown.forEach(function (c) {
-      var tr = el("tr", null, "case");
-      tr.setAttribute("data-status", c.status);
-      tr.setAttribute("data-entry", c.entry);
-      tr.setAttribute("data-id", c.id);
-      tr.appendChild(el("td", c.id, "id"));
-      tr.appendChild(el("td", c.entry));
-      tr.appendChild(el("td", c.check));
-      tr.appendChild(el("td", c.sample));
-      var st = el("td"); st.appendChild(el("span", c.status, "st " + c.status)); tr.appendChild(st);
-      var msg = c.message.length > 300 ? c.message.slice(0, 299) + "\u2026" : c.message;
-      tr.appendChild(el("td", msg, "msg"));
-      tr.appendChild(el("td", c.duration_s.toFixed(3), "num"));
-      tr.addEventListener("click", function () { open[c.i] = !open[c.i]; render(); });
-      tb.appendChild(tr);
-      if (open[c.i]) tb.appendChild(detailRow(c));
-    });
-    document.getElementById("count").textContent =
-      "showing " + shown.length + " of " + hits.length + " matching cases (" + cases.length + " in the report)";
-    document.getElementById("more").hidden = hits.length <= limit;
+    var flat = state.view === "flat", shown = [], groupsShown = 0, groupsAll = 0;
+    if (flat) {
+      shown = hits.slice(0, limit);
+      shown.forEach(function (c) { tb.appendChild(caseRow(c, false)); if (open[c.i]) tb.appendChild(detailRow(c)); });
+    } else {
+      var order = [], members = {};
+      hits.forEach(function (c) {
+        if (!members[c.group]) { members[c.group] = []; order.push(c.group); }
+        members[c.group].push(c);
+      });
+      groupsAll = order.length;
+      order.slice(0, limit).forEach(function (g) {
+        groupsShown++;
+        tb.appendChild(groupRow(g, members[g]));
+        if (!openGroups[g]) return;
+        members[g].forEach(function (c) {
+          shown.push(c); tb.appendChild(caseRow(c, true));
+          if (open[c.i]) tb.appendChild(detailRow(c));
+        });
+      });
+    }
+    document.getElementById("count").textContent = flat
+      ? "showing " + shown.length + " of " + hits.length + " matching cases (" + cases.length + " in the report)"
+      : hits.length + " matching cases in " + groupsAll + " root-cause groups (click a group to open it; " +
+        cases.length + " cases in the report)";
+    document.getElementById("more").hidden = (flat ? hits.length : groupsAll) <= limit;
     document.querySelectorAll("#cases th[data-key]").forEach(function (th) {
       var k = th.getAttribute("data-key");
       th.setAttribute("aria-sort", k === state.sort ? (state.dir === "asc" ? "ascending" : "descending") : "none");
     });
     document.body.setAttribute("data-rendered", String(shown.length));
     document.body.setAttribute("data-matching", String(hits.length));
+    document.body.setAttribute("data-groups", String(flat ? 0 : groupsShown));
   }
-  function update() { writeHash(); syncControls(); renderEntryPanel(); render(); }
+  function caseRow(c, inGroup) {
+    var tr = el("tr", null, inGroup ? "case in-group" : "case");
+    tr.setAttribute("data-status", c.status);
+    tr.setAttribute("data-entry", c.entry);
+    tr.setAttribute("data-id", c.id);
+    tr.appendChild(el("td", c.id, "id"));
+    tr.appendChild(el("td", c.entry));
+    tr.appendChild(el("td", c.check));
+    tr.appendChild(el("td", c.sample));
+    var st = el("td"); st.appendChild(el("span", c.status, "st " + c.status)); tr.appendChild(st);
+    var msg = c.message.length > 300 ? c.message.slice(0, 299) + "\u2026" : c.message;
+    tr.appendChild(el("td", msg, "msg"));
+    tr.appendChild(el("td", c.duration_s.toFixed(3), "num"));
+    tr.addEventListener("click", function (ev) { ev.stopPropagation(); open[c.i] = !open[c.i]; render(); });
+    return tr;
+  }
+  function update() { writeHash(); syncControls(); markGrid(); renderEntryPanel(); render(); }
 
   readHash();
   var COLUMNS = ["id", "entry", "check", "sample", "status", "message", "duration_s"];
   if (COLUMNS.indexOf(state.sort) < 0) state.sort = "status";
   if (state.dir !== "desc") state.dir = "asc";
-  window.addEventListener("hashchange", function () { readHash(); syncControls(); renderEntryPanel(); render(); });
-  renderEntries();
-  syncControls(); renderEntryPanel(); render();
+  if (state.view !== "flat") state.view = "";
+  window.addEventListener("hashchange", function () { readHash(); syncControls(); markGrid(); renderEntryPanel(); render(); });
+  renderGrid(); renderEntries();
+  syncControls(); markGrid(); renderEntryPanel(); render();
 })();
 """
 
@@ -297,6 +416,10 @@ def _script_json(obj: Any) -> str:
 
 
 def _data(result: RunResult) -> dict[str, Any]:
+    group_of: dict[int, int] = {}
+    for g, group in enumerate(group_cases(result.cases)):
+        for c in group.cases:
+            group_of[id(c)] = g
     return {
         "severity": list(SEVERITY),
         "statuses": list(STATUSES),
@@ -313,6 +436,7 @@ def _data(result: RunResult) -> dict[str, Any]:
                 c.repro,
                 c.reference,
                 (c.plan or {}).get("id", ""),
+                group_of[id(c)],
             ]
             for c in internal_first(result.cases)
         ],
@@ -371,6 +495,9 @@ def to_html(result: RunResult) -> str:
 </dl>
 </details>
 <noscript><p>This report needs JavaScript to show its tables; the JSON report holds the same data.</p></noscript>
+<h2>Entry x check</h2>
+<div class="legend"><span><i class="c-bad"></i>fail, error, xpass, timeout, crash</span><span><i class="c-xfail"></i>expected failure</span><span><i class="c-pass"></i>pass</span><span><i class="c-unsupported"></i>unsupported or skipped</span><span><i class="c-notrun"></i>not run</span><span>hover: counts; click: the cases</span></div>
+<table id="grid"></table>
 <h2>Entries</h2>
 <table id="entries"><thead><tr><th>entry</th><th>cases</th><th>not conforming</th><th>statuses</th></tr></thead><tbody></tbody></table>
 <div id="entry-panel" hidden></div>
@@ -380,6 +507,7 @@ def to_html(result: RunResult) -> str:
 <select id="status" aria-label="status"></select>
 <select id="entry" aria-label="entry"></select>
 <select id="check" aria-label="check"></select>
+<label><input id="grouped" type="checkbox" checked> group by root cause</label>
 <button id="clear" type="button">clear filters</button>
 <span id="count" class="count"></span>
 </div>

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunResult, internal_first
+from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, XFAIL, RunResult
 
 
 def _file_mode(path: Path) -> int:
@@ -210,6 +210,101 @@ def hazard_markdown(result: RunResult) -> list[str]:
     return lines
 
 
+def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -> list[str]:
+    """One item per root cause: status, count, checks, the message once, ids, one repro."""
+    from .grouping import failure_groups, headline, ids_text, plural
+
+    groups = failure_groups(result.cases)
+    if not groups:
+        return []
+    cases = sum(g.count for g in groups)
+    lines = [
+        "",
+        f"## Failures ({plural(cases, 'case')}, {plural(len(groups), 'root cause')})",
+        "",
+    ]
+    for g in groups[:max_groups]:
+        what = code_span(g.first.id) if g.count == 1 else f"{md_escape(g.entry)}: {headline(g)}"
+        lines.append(f"- **{g.status}** {what}: {md_escape(clip(g.first.message, max_message))}")
+        if g.count > 1:
+            lines.append(f"  - cases: {ids_text(g, quote='`')}")
+        if g.repro:
+            lines.append(f"  - reproduce: {code_span(g.repro)}")
+    if len(groups) > max_groups:
+        rest = groups[max_groups:]
+        lines.append(
+            f"- ... and {plural(len(rest), 'more root cause')} "
+            f"({plural(sum(g.count for g in rest), 'case')}; see the JSON report)"
+        )
+    return lines
+
+
+def _ids_markdown(ids: list[str], shown: int = 5) -> str:
+    text = ", ".join(code_span(i) for i in ids[:shown])
+    return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def _reason_in_message(message: str) -> str:
+    """The reason inside ``expected failure (REASON): ...`` (reports written before cases
+    carried ``expectation``); the parenthesis that closes it is the one that balances."""
+    head = "expected failure ("
+    if not message.startswith(head):
+        return message
+    depth = 1
+    for i in range(len(head), len(message)):
+        depth += {"(": 1, ")": -1}.get(message[i], 0)
+        if depth == 0:
+            return message[len(head) : i] if message.startswith("): ", i) else message
+    return message
+
+
+def expected_failures_markdown(result: RunResult) -> list[str]:
+    """Each expectation reason once, with how many cases it covered and which."""
+    by_reason: dict[str, list[str]] = {}
+    for c in result.cases:
+        if c.status == XFAIL:
+            reason = c.expectation or _reason_in_message(c.message)
+            by_reason.setdefault(reason, []).append(c.id)
+    if not by_reason:
+        return []
+    from .grouping import plural
+
+    total = sum(map(len, by_reason.values()))
+    title = f"## Expected failures ({plural(total, 'case')}, {plural(len(by_reason), 'reason')})"
+    lines = ["", title, ""]
+    for reason, ids in by_reason.items():
+        lines.append(f"- {plural(len(ids), 'case')}: {md_escape(reason)}")
+        lines.append(f"  - {_ids_markdown(ids)}")
+    return lines
+
+
+def unsupported_markdown(result: RunResult) -> list[str]:
+    """Each distinct reason once (whole, never cut), with the entry x check it applies to."""
+    from .grouping import plural, root_cause
+
+    by_reason: dict[str, list[str]] = {}
+    shown: dict[str, str] = {}  # reasons equal up to the plan read as one (the first's words)
+    pairs: set[tuple[str, str]] = set()
+    for c in result.cases:
+        if c.status == UNSUPPORTED and (c.entry, c.check) not in pairs:
+            pairs.add((c.entry, c.check))
+            key = root_cause(c)
+            shown.setdefault(key, c.message)
+            by_reason.setdefault(key, []).append(f"{c.entry} / {c.check}")
+    if not by_reason:
+        return []
+
+    lines = [
+        "",
+        f"## Unsupported ({len(pairs)} entry x check, {plural(len(by_reason), 'reason')})",
+        "",
+    ]
+    for key, where in by_reason.items():
+        lines.append(f"- {md_escape(shown[key])}")
+        lines.append(f"  - {', '.join(md_escape(w) for w in where)}")
+    return lines
+
+
 def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int = 1000) -> str:
     """The report for a PR comment: summary, metadata, entry x check matrix, failures, coverage."""
     md = result.metadata
@@ -233,26 +328,10 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     for entry, per_check in matrix.items():
         cells = [status_cell(per_check.get(c, Counter())) for c in checks]
         lines.append(f"| {md_escape(entry)} | " + " | ".join(cells) + " |")
-    failures = internal_first([c for c in result.cases if c.status in BAD_STATUSES])
-    if failures:
-        lines += ["", f"## Failures ({len(failures)})", ""]
-        for c in failures[:max_failures]:
-            lines.append(
-                f"- {code_span(c.id)} **{c.status}**: {md_escape(clip(c.message, max_message))}"
-            )
-            if c.repro:
-                lines.append(f"  - reproduce: {code_span(c.repro)}")
-        if len(failures) > max_failures:
-            lines.append(f"- ... and {len(failures) - max_failures} more (see the JSON report)")
+    lines += failures_markdown(result, max_groups=max_failures, max_message=max_message)
     lines += hazard_markdown(result)
-    unsupported: dict[tuple[str, str], str] = {}
-    for c in result.cases:
-        if c.status == UNSUPPORTED:
-            unsupported.setdefault((c.entry, c.check), c.message)
-    if unsupported:
-        lines += ["", f"## Unsupported ({len(unsupported)} entry x check)", ""]
-        for (entry, check), reason in unsupported.items():
-            lines.append(f"- {md_escape(entry)} / {check}: {md_escape(clip(reason, 300))}")
+    lines += expected_failures_markdown(result)
+    lines += unsupported_markdown(result)
     lines += ["", *coverage_markdown(result)]
     return "\n".join(lines) + "\n"
 

@@ -45,6 +45,8 @@ class CaseResult:
     reference: str = ""
     repro: str = ""
     dtype: str = ""
+    #: The reason of the expectation that made this case xfail, xpass or skip ("" if none).
+    expectation: str = ""
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,8 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["duration_s"] = round(self.duration_s, 6)
+        if not self.expectation:
+            del d["expectation"]  # most cases have none: reports stay as they were
         return d
 
     @classmethod

@@ -16,7 +16,8 @@ nested (2, 6), chunked 8 in chunks of 6), proves every sample hazard-free at tho
 with ``validate_entry`` and records the choice in ``Options.batch_size_note``.
 
 Failures that are torch's own limitations are listed, with reasons, in
-``reports/expectations/<source>.json`` (``expectations_path``).
+``harness/known_failures/<source>.json`` (``expectations_path``), shipped as package data so
+an installed suite applies them as a checkout does.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ PYTORCH_MODULE = "torch.testing._internal.autograd_function_db"
 #: Prefix of adapted entry names, so they never clash with the suite's own.
 PYTORCH_PREFIX = "pytorch."
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The committed expectations of each source (package data: they travel with the wheel).
+KNOWN_FAILURES = Path(__file__).resolve().parent / "known_failures"
 
 
 class SourceError(UsageError):
@@ -66,7 +68,7 @@ def load_source(name: str) -> list[Entry]:
 
 def expectations_path(name: str) -> Path | None:
     """The committed expectations file of a source, when there is one."""
-    path = REPO_ROOT / "reports" / "expectations" / f"{name}.json"
+    path = KNOWN_FAILURES / f"{name}.json"
     return path if path.exists() else None
 
 
@@ -185,6 +187,15 @@ def pytorch_registry() -> Registry:
     sizes: its samples use dim 3; see ``options_for_source``)."""
     try:
         module = importlib.import_module(PYTORCH_MODULE)
+    except ModuleNotFoundError as e:  # a dependency of torch's testing internals
+        missing = e.name or str(e)
+        if missing.split(".")[0] == "torch":  # an old or stripped torch build
+            raise SourceError(f"cannot import {PYTORCH_MODULE}: {e}") from None
+        raise SourceError(
+            f"cannot import {PYTORCH_MODULE}: it needs the module {missing!r}, which is not "
+            f"installed; install it (pip install {missing.split('.')[0]}) or reinstall the "
+            "suite with its dependencies"
+        ) from None
     except Exception as e:  # an old or stripped torch build
         raise SourceError(f"cannot import {PYTORCH_MODULE}: {type(e).__name__}: {e}") from None
     return Registry((adapt_opinfo(o, module) for o in module.autograd_function_db), validate=False)

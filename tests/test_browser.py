@@ -1,5 +1,10 @@
 """The HTML report in a real browser: headless Chromium renders the table, a filter set
-through the URL hash works, and markup in an entry name or an error message stays text.
+through the URL hash works, markup in an entry name or an error message stays text, the
+entry x check grid is drawn worst first and a click on a cell filters the case table,
+and the case table groups cases by root cause, collapsed until a group is clicked.
+
+Clicks are made by a copy of the report with one more inline script at its end (the
+report's own CSP allows inline scripts, and nothing else), then the DOM is dumped.
 
 Skips when no Chromium is installed (Debian: ``apt-get install -y chromium``).
 """
@@ -45,11 +50,15 @@ class Page(HTMLParser):
     def __init__(self, dom: str) -> None:
         super().__init__(convert_charrefs=True)
         self.rows: list[dict] = []
+        self.groups: list[dict] = []
+        self.cells: list[dict] = []
+        self.grid_entries: list[str] = []
         self.body: dict = {}
         self.title = ""
         self.images = 0
         self._cell: list[str] | None = None
         self._in_title = False
+        self._in_grid = False
         self.feed(dom)
 
     def handle_starttag(self, tag, attrs):
@@ -60,12 +69,22 @@ class Page(HTMLParser):
             self._in_title = True
         elif tag == "img":
             self.images += 1
-        elif tag == "tr" and a.get("class") == "case":
+        elif tag == "tr" and "case" in (a.get("class") or "").split():
             self.rows.append({"status": a["data-status"], "entry": a["data-entry"], "cells": []})
+        elif tag == "tr" and a.get("class") == "group":
+            self.groups.append(a)
+        elif tag == "table":
+            self._in_grid = a.get("id") == "grid"
+        elif tag == "tr" and "data-entry" in a and self._in_grid:
+            self.grid_entries.append(a["data-entry"])
+        elif tag == "button" and "cell" in (a.get("class") or "").split():
+            self.cells.append(a)
         elif tag == "td" and self.rows and self._cell is None:
             self._cell = []
 
     def handle_endtag(self, tag):
+        if tag == "table":
+            self._in_grid = False
         if tag == "title":
             self._in_title = False
         elif tag == "td" and self._cell is not None:
@@ -89,7 +108,13 @@ def report_file(tmp_path_factory):
     return path, result
 
 
-def open_page(path, fragment: str, tmp_path) -> Page:
+def open_page(path, fragment: str, tmp_path, *, then: str = "") -> Page:
+    """The DOM after load (and after the script ``then``, run at the end of the page)."""
+    if then:
+        clicked = tmp_path / f"clicked-{abs(hash(then))}.html"
+        page = path.read_text(encoding="utf-8")
+        clicked.write_text(page.replace("</body>", f"<script>{then}</script>\n</body>"))
+        path = clicked
     url = path.resolve().as_uri() + (f"#{fragment}" if fragment else "")
     proc = subprocess.run(
         [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url],
@@ -103,7 +128,7 @@ def open_page(path, fragment: str, tmp_path) -> Page:
 
 def test_table_renders_failures_first(report_file, tmp_path):
     path, result = report_file
-    page = open_page(path, "", tmp_path)
+    page = open_page(path, "view=flat", tmp_path)
     assert len(page.rows) == len(result.cases) == int(page.body["data-rendered"])
     statuses = [r["status"] for r in page.rows]
     assert statuses == sorted(statuses, key=lambda s: s != "error")  # errors before passes
@@ -112,17 +137,17 @@ def test_table_renders_failures_first(report_file, tmp_path):
 
 def test_filters_from_the_url(report_file, tmp_path):
     path, result = report_file
-    page = open_page(path, "status=pass", tmp_path)
+    page = open_page(path, "status=pass&view=flat", tmp_path)
     assert [r["status"] for r in page.rows] == ["pass"] * 5
-    page = open_page(path, "q=" + quote("Doubler/vmap/s0/in_dims=(1,)"), tmp_path)
+    page = open_page(path, "view=flat&q=" + quote("Doubler/vmap/s0/in_dims=(1,)"), tmp_path)
     assert [r["cells"][0] for r in page.rows] == ["Doubler/vmap/s0/in_dims=(1,)"]
-    page = open_page(path, "entry=" + quote(HOSTILE_NAME, safe=""), tmp_path)
+    page = open_page(path, "view=flat&entry=" + quote(HOSTILE_NAME, safe=""), tmp_path)
     assert {r["entry"] for r in page.rows} == {HOSTILE_NAME} and len(page.rows) == 5
 
 
 def test_hostile_strings_are_shown_as_text(report_file, tmp_path):
     path, _ = report_file
-    page = open_page(path, "status=error", tmp_path)
+    page = open_page(path, "status=error&view=flat", tmp_path)
     assert len(page.rows) == 5
     row = page.rows[0]
     assert row["cells"][1] == HOSTILE_NAME  # the entry cell shows the name, markup and all
@@ -130,6 +155,53 @@ def test_hostile_strings_are_shown_as_text(report_file, tmp_path):
     assert HOSTILE_MESSAGE.split(" & ")[0] in row["cells"][5]
     assert page.images == 0  # the <img onerror> in the message did not become an element
     assert "pwned" not in page.title  # and no script from a message ran
+
+
+def test_grid_has_one_cell_per_entry_and_check_worst_first(report_file, tmp_path):
+    path, result = report_file
+    page = open_page(path, "", tmp_path)
+    assert page.grid_entries == [HOSTILE_NAME, "Doubler"]  # 5 errors before 5 passes
+    cells = {(c["data-entry"], c["data-check"]): c for c in page.cells}
+    assert set(cells) == {(HOSTILE_NAME, "vmap"), ("Doubler", "vmap")}
+    assert cells[(HOSTILE_NAME, "vmap")]["data-class"] == "bad"
+    assert cells[("Doubler", "vmap")]["data-class"] == "pass"
+    assert cells[(HOSTILE_NAME, "vmap")]["title"] == f"{HOSTILE_NAME} / vmap: 5 error"  # on hover
+    assert cells[("Doubler", "vmap")]["title"] == "Doubler / vmap: 5 pass"
+
+
+CLICK_DOUBLER = 'document.querySelector(\'#grid button.cell[data-entry="Doubler"][data-check="vmap"]\').click();'
+
+
+def test_a_click_on_a_grid_cell_filters_the_case_table(report_file, tmp_path):
+    path, _ = report_file
+    before = open_page(path, "", tmp_path)
+    assert int(before.body["data-matching"]) == 10
+    page = open_page(path, "", tmp_path, then=CLICK_DOUBLER)
+    assert int(page.body["data-matching"]) == 5
+    assert {g["data-entry"] for g in page.groups} == {"Doubler"}
+    selected = [c for c in page.cells if "sel" in c["class"].split()]
+    assert [(c["data-entry"], c["data-check"]) for c in selected] == [("Doubler", "vmap")]
+    flat = open_page(path, "view=flat", tmp_path, then=CLICK_DOUBLER)
+    assert [r["entry"] for r in flat.rows] == ["Doubler"] * 5
+
+
+def test_the_case_table_groups_by_root_cause_collapsed(report_file, tmp_path):
+    path, _ = report_file
+    page = open_page(path, "", tmp_path)
+    assert page.rows == [] and int(page.body["data-rendered"]) == 0  # collapsed by default
+    assert [(g["data-status"], g["data-count"]) for g in page.groups] == [
+        ("error", "5"),
+        ("pass", "5"),
+    ]
+    assert all(g["aria-expanded"] == "false" for g in page.groups)
+    opened = open_page(
+        path,
+        "",
+        tmp_path,
+        then="document.querySelector('tr.group[data-status=\"error\"]').click();",
+    )
+    assert [r["status"] for r in opened.rows] == ["error"] * 5
+    assert {r["entry"] for r in opened.rows} == {HOSTILE_NAME}
 
 
 def test_screenshot(report_file, tmp_path):

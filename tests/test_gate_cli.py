@@ -46,7 +46,8 @@ def test_broken_function_exits_1_naming_the_cases_with_repro_in_the_report(capsy
     report = tmp_path / "r.json"
     rc, out, _ = run_main(capsys, "check", *BROKEN, *FAST, "--json", str(report))
     assert rc == 1
-    assert "FAIL BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4" in out
+    assert "FAIL 8 cases in vmap (one root cause)" in out  # one block per root cause
+    assert "BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4 and 5 more" in out
     data = json.loads(report.read_text())
     assert data["metadata"]["batch_size_note"].startswith("sample dims use sizes [2, 3]")
     bad = [c for c in data["cases"] if c["status"] != "pass"]
@@ -72,7 +73,8 @@ def test_check_in_a_temporary_project_through_the_console_entry(tmp_path):
         timeout=240,
     )
     assert broken.returncode == 1, broken.stdout + broken.stderr
-    assert "FAIL BrokenRotatePoints/vmap/s0/in_dims=(None,1),B=4" in broken.stdout
+    assert "FAIL 8 cases in vmap (one root cause)" in broken.stdout
+    assert "cases: BrokenRotatePoints/vmap/s0/in_dims=(None,1),B=4, " in broken.stdout
     assert "reproduce: afdb repro 'BrokenRotatePoints/vmap/s0/in_dims=(None,1),B=4' mylib:" in (
         broken.stdout
     )
