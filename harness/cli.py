@@ -138,15 +138,38 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise CliError(f"--{flag} {path}: {probe} is a file, not a directory")
         if not os.access(probe, os.W_OK):
             raise CliError(f"--{flag} {path}: cannot write there (no permission on {probe})")
+        from .safe_io import output_target
+
+        try:  # a device, a FIFO: refused now, not after the run
+            output_target(path)
+        except UsageError as e:
+            raise CliError(f"--{flag} {e}") from None
+        # absolute now: a Function that changes the working directory cannot move the reports
+        setattr(args, flag, os.path.abspath(path))
 
 
-def write_reports(result: RunResult, args: argparse.Namespace) -> None:
+def write_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
+    """Write every report asked for; return one line per write that failed (disk full, ...).
+
+    One failed write does not stop the others; the caller prints the summary first, then
+    these lines, and exits 2, so the results are never lost to an I/O error.
+    """
     from . import report
 
+    failed: list[str] = []
+
+    def attempt(flag: str, path: str, write: Callable[[RunResult, str], None]) -> None:
+        try:
+            write(result, path)
+        except OSError as e:
+            failed.append(f"--{flag} {path}: could not write the report ({e.strerror or e})")
+        except UsageError as e:
+            failed.append(f"--{flag} {e}")
+
     if getattr(args, "json", None):
-        report.write_json(result, args.json)
+        attempt("json", args.json, report.write_json)
     if getattr(args, "markdown", None):
-        report.write_markdown(result, args.markdown)
+        attempt("markdown", args.markdown, report.write_markdown)
     for flag, module, fn in (
         ("html", "html_report", "write_html"),
         ("junit", "junit", "write_junit"),
@@ -157,7 +180,15 @@ def write_reports(result: RunResult, args: argparse.Namespace) -> None:
                 mod = importlib.import_module(f"{__package__}.{module}")
             except ModuleNotFoundError:
                 raise CliError(f"--{flag} is not available in this build") from None
-            getattr(mod, fn)(result, path)
+            attempt(flag, path, getattr(mod, fn))
+    return failed
+
+
+def report_write_failures(args: argparse.Namespace, failed: Sequence[str]) -> None:
+    """After the summary: one line per failed write (``args.write_failures`` makes it exit 2)."""
+    args.write_failures = list(failed)
+    for line in failed:
+        print(f"afdb {getattr(args, 'command', '')}: error: {line}", file=sys.stderr)
 
 
 def apply_expectations(
@@ -392,8 +423,9 @@ def execute(
     warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    write_reports(result, args)
+    failed = write_reports(result, args)
     (summary or print_summary)(result)
+    report_write_failures(args, failed)
     return result
 
 
@@ -416,6 +448,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = execute(
         entries, options, args, source=args.source, known_entries={e.name for e in everything}
     )
+    if getattr(args, "write_failures", None):
+        return 2  # the summary was printed; a report the user asked for is missing
     if result.metadata.get("interrupted"):
         return 130
     return 0 if result.ok else 1

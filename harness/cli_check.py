@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import re
 import shlex
@@ -246,6 +245,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"accept: {needs} new expectation(s) need a reason before the file validates")
             return 1
         return 0
+    if getattr(args, "write_failures", None):
+        return 2  # the summary was printed; a report the user asked for is missing
     if result.metadata.get("interrupted"):
         return 130
     return 0 if result.ok else 1
@@ -275,16 +276,9 @@ def _skips_only(path: str) -> str | None:
 
 
 def _report_settings(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise CliError(f"--report {path}: cannot read it ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise CliError(f"--report {path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or "metadata" not in data:
-        raise CliError(f"--report {path}: not an afdb JSON report (no metadata)")
-    return data["metadata"]
+    from .repro_settings import report_settings
+
+    return report_settings(path)
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -372,9 +366,12 @@ def cmd_repro(args: argparse.Namespace) -> int:
         sys.stdout.write(script)
         return 0
     out = args.output or "repro_" + re.sub(r"[^A-Za-z0-9]+", "_", case.id).strip("_")[:80] + ".py"
-    try:
-        with open(out, "w") as f:
-            f.write(script)
+    from .report import write_atomic
+
+    try:  # through a symlink to its target; a device or FIFO is refused, not replaced
+        write_atomic(out, script)
+    except UsageError as e:
+        raise CliError(f"-o {e}") from None
     except OSError as e:
         raise CliError(f"-o {out}: cannot write the script ({e.strerror})") from None
     print(f"wrote {out}; run it with: python {out}")

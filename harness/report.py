@@ -24,13 +24,20 @@ def _file_mode(path: Path) -> int:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` so that ``path`` holds either the old file or the whole new one."""
-    p = Path(path)
+    """Write ``text`` so that ``path`` holds either the old file or the whole new one.
+
+    Through a symlink the link's target is replaced (the new file is made beside it); a
+    path that is a device, a FIFO or a directory is refused (UsageError), never replaced.
+    Characters UTF-8 cannot carry (a lone surrogate) are written as backslash escapes.
+    """
+    from .safe_io import output_target
+
+    p = output_target(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
         os.chmod(tmp, _file_mode(p))  # mkstemp makes 0600; a report is as readable as any file
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
