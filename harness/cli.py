@@ -21,6 +21,7 @@ import torch
 from .api import UsageError
 from .options import DTYPES, Options
 from .results import CaseResult, RunResult
+from .textsafe import visible
 
 #: Modules that contribute subcommands (each defines ``add_parsers(subparsers)``).
 COMMAND_MODULES = ("cli_report", "cli_check")
@@ -252,7 +253,8 @@ class Progress:
     def flush(self) -> None:
         if self.current is not None and not self.quiet:
             parts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
-            print(f"{self.current}: {parts} ({self.seconds:.1f}s in cases)", flush=True)
+            name = visible(self.current, keep_newlines=False)
+            print(f"{name}: {parts} ({self.seconds:.1f}s in cases)", flush=True)
         self.counts = {}
         self.seconds = 0.0
 
@@ -275,11 +277,12 @@ def print_summary(result: RunResult, out: Any = None) -> None:
         }
         if bad:
             cells = "; ".join(f"{c}: {status_cell(cnt)}" for c, cnt in bad.items())
-            print(f"{entry:<{width}}  {cells}", file=out)
+            print(f"{visible(entry, keep_newlines=False):<{width}}  {cells}", file=out)
     for r in result.failures()[:20]:
-        print(f"  {r.status.upper()} {r.id}\n    {r.message[:500]}", file=out)
+        # text from a Function: control characters shown, never sent to the terminal
+        print(f"  {r.status.upper()} {visible(r.id)}\n    {visible(r.message[:500])}", file=out)
         if r.repro:
-            print(f"    reproduce: {r.repro}", file=out)
+            print(f"    reproduce: {visible(r.repro)}", file=out)
     if len(result.failures()) > 20:
         print(f"  ... {len(result.failures()) - 20} more in the reports", file=out)
     print(f"{result.verdict}: {result.summary_line()}", file=out)
@@ -422,7 +425,7 @@ def execute(
     result.metadata["interrupted"] = interrupted
     warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {visible(warning)}", file=sys.stderr)
     failed = write_reports(result, args)
     (summary or print_summary)(result)
     report_write_failures(args, failed)
@@ -514,7 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         if args.debug:
             raise
-        print(f"afdb {args.command}: error: {e}", file=sys.stderr)
+        print(
+            f"afdb {args.command}: error: {visible(str(e), keep_newlines=False)}", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print("afdb: interrupted", file=sys.stderr)

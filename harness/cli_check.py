@@ -19,6 +19,7 @@ from typing import Any
 from .cli import CliError, add_common_options, check_output_paths, execute, options_from_args
 from .options import DTYPES, Options
 from .results import STATUSES, RunResult
+from .textsafe import visible
 
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:
@@ -180,23 +181,24 @@ def print_check_summary(result: RunResult) -> None:
         mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
         line = f"  {mark} {check:<14} {cells}"
         if check in reasons and set(counts) == {"unsupported"}:
-            line += f" ({reasons[check][:100]})"
+            line += f" ({visible(reasons[check][:100], keep_newlines=False)})"
         print(line)
     failures = result.failures()
     if failures:
         print("")
     for r in failures[:30]:
         message = r.message if len(r.message) <= 800 else r.message[:800] + " ..."
-        print(f"  {r.status.upper()} {r.id}")
+        # text from a Function: control characters shown, never sent to the terminal
+        print(f"  {r.status.upper()} {visible(r.id, keep_newlines=False)}")
         for line in message.splitlines()[:12]:
-            print(f"    {line}")
+            print(f"    {visible(line)}")
         if r.repro:
-            print(f"    reproduce: {r.repro}")
+            print(f"    reproduce: {visible(r.repro, keep_newlines=False)}")
     if len(failures) > 30:
         print(f"  ... {len(failures) - 30} more in the reports (--json, --markdown)")
     unmatched = result.metadata.get("unmatched_expectations") or []
     for u in unmatched:
-        print(f"  note: expectation {u!r} matches no case")
+        print(f"  note: expectation {visible(repr(u))} matches no case")
     print(f"{result.verdict}: {result.summary_line()}")
 
 
@@ -212,7 +214,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, args.target)
     entry, options = prepared(spec, options)
     if not args.quiet:
-        print(f"afdb check {spec.target}: {entry.name} ({describe_function(entry)})")
+        name = visible(f"{spec.target}: {entry.name}", keep_newlines=False)
+        print(f"afdb check {name} ({describe_function(entry)})")
         if options.batch_size_note:
             print(f"batch sizes: {options.batch_size_note}")
         mode = (

@@ -113,9 +113,11 @@ def _outcome(result: Any) -> None:
         pytest.skip(result.message)
     if result.status == XFAIL:
         pytest.xfail(result.message)
-    text = f"{result.status}: {result.id}\n{result.message}"
+    from .textsafe import visible
+
+    text = visible(f"{result.status}: {result.id}\n{result.message}")
     if result.repro:
-        text += f"\nreproduce: {result.repro}"
+        text += f"\nreproduce: {visible(result.repro)}"
     pytest.fail(text, pytrace=False)
 
 

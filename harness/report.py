@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunResult
+from .textsafe import visible
 
 
 def _file_mode(path: Path) -> int:
@@ -52,14 +53,24 @@ def write_json(result: RunResult, path: str | Path) -> None:
     write_atomic(path, result.to_json() + "\n")
 
 
+#: Characters that start Markdown markup (links, images, emphasis, code, strikethrough).
+_MD_MARKUP = re.compile(r"([\\`*_\[\]!~#])")
+
+
 def md_escape(text: str) -> str:
-    """Markdown text (also inside a table cell): markup and pipes shown as themselves."""
+    """Markdown text (also inside a table cell): markup and pipes shown as themselves.
+
+    Text from a Function (its messages, its name) must not render as an image, a link
+    or emphasis, nor carry control characters into the reader's page.
+    """
+    text = visible(str(text)).replace("&", "&amp;")
+    text = _MD_MARKUP.sub(r"\\\1", text)
     return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def code_span(text: str, *, in_table: bool = False) -> str:
     """An inline code span that no backtick inside ``text`` can close early."""
-    text = text.replace("\n", " ")
+    text = visible(str(text)).replace("\n", " ")
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if longest else ""

@@ -49,8 +49,9 @@ def _problem(md: dict[str, Any]) -> str:
         or md["plan_cap"] < 1
     ):
         return f"metadata.plan_cap: {md['plan_cap']!r} is not an integer >= 1"
-    if md.get("source") is not None and md["source"] not in SOURCES:
-        return f"metadata.source: {md['source']!r} is not one of {', '.join(SOURCES)}"
+    known = (*SOURCES, "user")
+    if md.get("source") is not None and md["source"] not in known:
+        return f"metadata.source: {md['source']!r} is not one of {', '.join(known)}"
     spec = md.get("target_spec")
     if spec is None:
         return ""
