@@ -154,9 +154,9 @@ def watch_user_interrupt() -> Iterator[UserInterrupt]:
     try:
         yield flag
     finally:
-        for signum, previous in saved:
+        for num, handler in saved:
             with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, previous)
+                signal.signal(num, handler)
 
 
 _INTERNAL = ("/torch/", "/harness/", "/contextlib.py", "/functools.py", "\\torch\\", "\\harness\\")

@@ -117,7 +117,11 @@ def axis_coverage(result: RunResult) -> dict[str, list[str]] | None:
         except Exception:  # no axes module yet, or a registry that cannot load here
             return None
     present = {c.entry for c in result.cases}
-    return {str(a): [e for e in names if e in present] for a, names in axes_map.items()}
+    return {  # a report's own axes are data from elsewhere: only lists of names count
+        str(a): [e for e in names if isinstance(e, str) and e in present]
+        for a, names in axes_map.items()
+        if isinstance(names, list)
+    }
 
 
 def coverage_markdown(result: RunResult) -> list[str]:

@@ -97,7 +97,9 @@ def test_repro_of_a_report_with_a_hostile_entry_name_runs_nothing(small_report, 
     tree = ast.parse(text)
     doc = ast.get_docstring(tree)
     assert doc is not None and HOSTILE_ID in doc  # the id is inside the docstring's literal
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "open"]
+    calls = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "open"
+    ]
     assert not calls
     run = subprocess.run(
         [sys.executable, str(script)],
@@ -115,13 +117,22 @@ def test_repro_of_a_report_with_a_hostile_entry_name_runs_nothing(small_report, 
 @pytest.mark.parametrize(
     ("edit", "needle"),
     [
-        (lambda d: d["metadata"]["target_spec"].update(target="__import__('os').system('x'):A"),
-         "metadata.target_spec.target"),
-        (lambda d: d["metadata"]["target_spec"].update(target="tests.hostile_functions:x()"),
-         "is not an attribute name"),
-        (lambda d: d["metadata"]["target_spec"].update(name="two\nlines"), "metadata.target_spec.name"),
-        (lambda d: d["metadata"]["target_spec"]["capabilities"].update(inplace_args="0"),
-         "capabilities.inplace_args"),
+        (
+            lambda d: d["metadata"]["target_spec"].update(target="__import__('os').system('x'):A"),
+            "metadata.target_spec.target",
+        ),
+        (
+            lambda d: d["metadata"]["target_spec"].update(target="tests.hostile_functions:x()"),
+            "is not an attribute name",
+        ),
+        (
+            lambda d: d["metadata"]["target_spec"].update(name="two\nlines"),
+            "metadata.target_spec.name",
+        ),
+        (
+            lambda d: d["metadata"]["target_spec"]["capabilities"].update(inplace_args="0"),
+            "capabilities.inplace_args",
+        ),
         (lambda d: d["metadata"].update(dtype="float3"), "metadata.dtype"),
         (lambda d: d["metadata"].update(batch_sizes=4), "metadata.batch_sizes"),
         (lambda d: d["metadata"].update(plan_cap="16"), "metadata.plan_cap"),
@@ -212,9 +223,13 @@ def test_control_characters_and_markup_are_neutralised_everywhere(tmp_path, caps
 
 
 def test_every_message_field_is_capped_in_json():
-    c = CaseResult("a/vmap", "a", "vmap", None, "", None, "error", "M" * 100_000, repro="R" * 50_000)
+    c = CaseResult(
+        "a/vmap", "a", "vmap", None, "", None, "error", "M" * 100_000, repro="R" * 50_000
+    )
     d = RunResult([c]).to_json_dict()["cases"][0]
-    assert len(d["message"]) < 9000 and d["message"].startswith("MMM") and d["message"].endswith("MMM")
+    assert (
+        len(d["message"]) < 9000 and d["message"].startswith("MMM") and d["message"].endswith("MMM")
+    )
     assert len(d["repro"]) < 9000
 
 
@@ -225,7 +240,9 @@ def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     medium = tmp_path / "medium.json"
-    medium.write_text('{"schema": "afdb-report/1", "metadata": ' + '{"a": ' * 200 + "1" + "}" * 200 + "}")
+    medium.write_text(
+        '{"schema": "afdb-report/1", "metadata": ' + '{"a": ' * 200 + "1" + "}" * 200 + "}"
+    )
     utf = tmp_path / "utf.json"
     utf.write_bytes(b'{"schema": "afdb-report/1", "x": "\xff\xfe"}')
     fifo = tmp_path / "fifo.json"
@@ -271,7 +288,7 @@ def test_report_renders_schema_valid_unusual_metadata(small_report, tmp_path):
     def unusual(d):
         md = d["metadata"]
         md.update(
-            axes={"an axis": "not a list", "other": [1, None]},
+            axes={"an axis": "not a list", "other": [1, None], "int": 5},
             torch_git_version=None,
             checks="vmap",
             command=[],
