@@ -114,7 +114,9 @@ def attempt(label: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     except (CheckFailure, Unsupported, FunctionRaised):
         raise
     except Exception as e:
-        raise FunctionRaised(f"{label}: {type(e).__name__}: {e}").with_traceback(
+        from .textsafe import safe_str  # an exception whose __str__ raises still gets a line
+
+        raise FunctionRaised(f"{label}: {type(e).__name__}: {safe_str(e)}").with_traceback(
             e.__traceback__
         ) from e
 

@@ -53,8 +53,10 @@ def write_json(result: RunResult, path: str | Path) -> None:
     write_atomic(path, result.to_json() + "\n")
 
 
-#: Characters that start Markdown markup (links, images, emphasis, code, strikethrough).
-_MD_MARKUP = re.compile(r"([\\`*_\[\]!~#])")
+#: Markdown markup: emphasis, code, strikethrough, escapes, an underscore that can start
+#: or end emphasis (not one inside a word, as in in_dims), and what makes a link or an
+#: image: ``](`` and ``![`` (a bare ``[2, 3]`` stays as it is).
+_MD_MARKUP = re.compile(r"[\\`*~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|!(?=\[)|\](?=\()")
 
 
 def md_escape(text: str) -> str:
@@ -64,7 +66,7 @@ def md_escape(text: str) -> str:
     or emphasis, nor carry control characters into the reader's page.
     """
     text = visible(str(text)).replace("&", "&amp;")
-    text = _MD_MARKUP.sub(r"\\\1", text)
+    text = _MD_MARKUP.sub(lambda m: "\\" + m.group(), text)
     return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 

@@ -341,8 +341,11 @@ def run_entries(
     for entry in entries:
         data = EntryData(entry, options)
         try:
-            cases = enumerate_cases(data)
-        except Exception as e:
+            with watch_user_interrupt() as interrupt:
+                cases = enumerate_cases(data)
+        except BaseException as e:  # the samples callable is the user's code, as the Function
+            if isinstance(e, KeyboardInterrupt) and interrupt.seen:
+                raise
             r = samples_error(entry.name, e)
             results.append(r)
             if progress:

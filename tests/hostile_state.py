@@ -70,6 +70,18 @@ class RaisesCancelled(Double):
         raise asyncio.CancelledError("task cancelled")
 
 
+class MixedBaseExceptions(Double):
+    """KeyboardInterrupt at in_dims (0,), CancelledError at (1,), an unprintable error at (-1,)."""
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        if in_dims == (0,):
+            raise KeyboardInterrupt
+        if in_dims == (1,):
+            raise asyncio.CancelledError("task cancelled")
+        raise StrRaises()
+
+
 class ExitsHuge(Double):
     @staticmethod
     def vmap(info, in_dims, x):
@@ -214,7 +226,7 @@ class DaemonFork(Double):
 
     @staticmethod
     def vmap(info, in_dims, x):
-        if info.batch_size == 4 and in_dims == (0,):
+        if info.batch_size == 3 and in_dims == (0,):
             pid = os.fork()
             if pid == 0:
                 os.setsid()

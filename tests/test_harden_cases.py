@@ -70,25 +70,27 @@ def test_base_exceptions_from_the_function_are_errors_and_the_run_goes_on(functi
 
 def test_base_exceptions_in_worker_processes_and_the_str_hang_under_no_isolate(tmp_path):
     """Under workers no later case is 'not run'; with --no-isolate a hanging __str__ times out."""
-    for name in ("RaisesKeyboardInterrupt", "RaisesCancelled", "RaisesStrRaises"):
-        report = tmp_path / f"{name}.json"
-        proc = _afdb(
-            [
-                "check",
-                f"{HOSTILE}:{name}",
-                "--samples",
-                f"{HOSTILE}:samples",
-                "--checks",
-                "vmap,contract",
-                "--json",
-                str(report),
-            ],
-            tmp_path,
-        )
-        assert proc.returncode == 1, proc.stdout + proc.stderr
-        cases = json.loads(report.read_text())["cases"]
-        assert cases and {c["status"] for c in cases} == {"error"}, name
-        assert not any("not run" in c["message"] for c in cases)
+    report = tmp_path / "mixed.json"
+    proc = _afdb(
+        [
+            "check",
+            f"{HOSTILE}:MixedBaseExceptions",
+            "--samples",
+            f"{HOSTILE}:samples",
+            "--checks",
+            "vmap",
+            "--json",
+            str(report),
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    cases = json.loads(report.read_text())["cases"]
+    assert len(cases) >= 3 and {c["status"] for c in cases} == {"error"}
+    assert not any("not run" in c["message"] for c in cases)
+    text = " ".join(c["message"] for c in cases)
+    for phrase in ("KeyboardInterrupt itself", "CancelledError", "<unprintable StrRaises"):
+        assert phrase in text
     report = tmp_path / "hang.json"
     proc = _afdb(
         [
@@ -233,7 +235,7 @@ def test_afdb_check_does_not_wait_for_children_that_escape(tmp_path):
             "--checks",
             "vmap",
             "--batch-size",
-            "4",
+            "3",
             "--json",
             str(report),
         ],
@@ -244,9 +246,12 @@ def test_afdb_check_does_not_wait_for_children_that_escape(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert elapsed < 50, elapsed
     cases = {c["id"]: c for c in json.loads(report.read_text())["cases"]}
-    bad = cases["DaemonFork/vmap/s0/in_dims=(0,),B=4"]
-    assert bad["status"] == "error" and "child process(es)" in bad["message"]
-    assert sum(c["status"] == "pass" for c in cases.values()) == len(cases) - 1
+    assert "DaemonFork/vmap/s0/in_dims=(0,),B=3" in cases
+    for cid, c in cases.items():  # the rule forks when called at in_dims (0,)
+        if "in_dims=(0,)" in cid:
+            assert c["status"] == "error" and "child process(es)" in c["message"], c
+        else:
+            assert c["status"] == "pass", c
 
 
 # --- item 6: bounded messages ----------------------------------------------------------------
