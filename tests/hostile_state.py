@@ -235,3 +235,7 @@ class DaemonFork(Double):
                 os._exit(0)
             os.waitpid(pid, 0)
         return _ok(x, in_dims)
+
+
+#: Changes the working directory on its first rule call (for the --no-isolate report test).
+LeavesCwd = leaves(chdir_tmp)

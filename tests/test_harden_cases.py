@@ -206,6 +206,53 @@ def test_state_changed_later_by_a_thread_is_not_blamed_on_a_later_case():
     assert torch.get_default_dtype() == torch.float32
 
 
+def test_state_changed_strictly_between_two_cases_is_put_back_and_noted():
+    from harness.api import make_entry
+    from harness.case_state import forget_last_case
+    from harness.options import Options
+    from harness.runner import EntryData, enumerate_cases, run_case
+
+    data = EntryData(make_entry(hs.Correct, hs.samples), Options(checks=("vmap",)))
+    first, second = enumerate_cases(data)[:2]
+    forget_last_case()
+    assert run_case(data, first, watch_between=True).status == "pass"
+    torch.use_deterministic_algorithms(True)  # as a thread would, after the case ended
+    try:
+        r = run_case(data, second, watch_between=True)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert r.status == "pass", r.message
+    assert "between the previous case and this one" in r.message
+    assert "left torch.use_deterministic_algorithms on" in r.message
+    assert "not blamed" in r.message
+
+
+def test_no_isolate_report_lands_where_named_when_the_function_changes_cwd(
+    tmp_path, monkeypatch, capsys
+):
+    from harness import cli
+
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(
+        [
+            "check",
+            f"{HOSTILE}:LeavesCwd",
+            "--samples",
+            f"{HOSTILE}:samples",
+            "--checks",
+            "vmap",
+            "--no-isolate",
+            "--json",
+            "r.json",
+        ]
+    )
+    assert code == 1  # the case that changed the directory is an error
+    assert (tmp_path / "r.json").exists()
+    assert os.getcwd() == str(tmp_path)
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert "left the working directory at" in data["cases"][0]["message"]
+
+
 # --- item 5: forks ---------------------------------------------------------------------------
 
 
