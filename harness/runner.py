@@ -284,7 +284,7 @@ def run_case(
             killed = children.kill_new(processes)
             if killed:
                 leaked.append(children.describe(killed))
-            case_ended(TorchState.capture(), GlobalState.capture())
+            case_ended(state, global_state)  # what the restores just put back
             started = note_threads(case.id, threads)
     if leaked and others and not killed:
         note = (
