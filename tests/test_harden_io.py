@@ -162,7 +162,7 @@ def test_a_report_through_a_symlink_replaces_the_target_and_keeps_the_link(tmp_p
 
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "dir", "link-to-device"])
-def test_a_non_regular_output_is_refused_before_the_run(tmp_path, kind):
+def test_a_non_regular_output_is_refused_before_the_run(tmp_path, kind, capsys):
     if kind == "device":
         path = "/dev/null"
     elif kind == "fifo":
@@ -174,24 +174,25 @@ def test_a_non_regular_output_is_refused_before_the_run(tmp_path, kind):
         path = str(tmp_path / "null-link")
         os.symlink("/dev/null", path)
     before = os.stat(path)
-    proc = _afdb(
-        ["check", f"{HOSTILE}:Correct", "--samples", f"{HOSTILE}:samples", "--json", path],
-        tmp_path,
+    code = cli.main(
+        ["check", f"{HOSTILE}:Correct", "--samples", f"{HOSTILE}:samples", "--json", path]
     )
-    _one_line_exit_2(proc, "--json")
-    assert proc.stdout == ""  # refused before anything ran
+    out, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--json" in err, err
+    assert out == ""  # refused before anything ran
     after = os.stat(path)
     assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
     with pytest.raises(Exception, match="regular file"):
         report.write_atomic(path, "x")
 
 
-def test_repro_output_to_a_device_is_refused(small_report, tmp_path):
-    proc = _afdb(
-        ["repro", "Correct/vmap/s0/in_dims=(0,)", "--report", str(small_report), "-o", "/dev/null"],
-        tmp_path,
+def test_repro_output_to_a_device_is_refused(small_report, capsys):
+    code = cli.main(
+        ["repro", "Correct/vmap/s0/in_dims=(0,)", "--report", str(small_report), "-o", "/dev/null"]
     )
-    _one_line_exit_2(proc, "-o", "character device")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "-o" in err and "character device" in err
 
 
 # --- item 6: control characters and markup from a Function -----------------------------------
