@@ -171,19 +171,23 @@ STATE_ACTIONS = (
 
 
 class LateThread(Double):
-    """Starts a thread (first call) that changes the default dtype 0.3 s later.
+    """Starts a thread (first call) that changes the default dtype once a third call began.
 
-    Every call takes 0.05 s, so the change lands in a later case or between two.
+    Every call takes 0.05 s, so the change lands in a later case or between two, never
+    in the case that started the thread.
     """
 
     started: list[threading.Thread] = []
+    calls: list[int] = []
 
     @staticmethod
     def vmap(info, in_dims, x):
+        LateThread.calls.append(1)
         if not LateThread.started:
 
             def later():
-                time.sleep(0.3)
+                while len(LateThread.calls) < 3:
+                    time.sleep(0.001)
                 torch.set_default_dtype(torch.float64)
 
             t = threading.Thread(target=later, name="late-dtype", daemon=True)
