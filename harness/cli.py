@@ -21,6 +21,7 @@ import torch
 from .api import UsageError
 from .options import DTYPES, Options
 from .results import CaseResult, RunResult
+from .textsafe import visible
 
 #: Modules that contribute subcommands (each defines ``add_parsers(subparsers)``).
 COMMAND_MODULES = ("cli_report", "cli_check")
@@ -145,15 +146,38 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise CliError(f"--{flag} {path}: {probe} is a file, not a directory")
         if not os.access(probe, os.W_OK):
             raise CliError(f"--{flag} {path}: cannot write there (no permission on {probe})")
+        from .safe_io import output_target
+
+        try:  # a device, a FIFO: refused now, not after the run
+            output_target(path)
+        except UsageError as e:
+            raise CliError(f"--{flag} {e}") from None
+        # absolute now: a Function that changes the working directory cannot move the reports
+        setattr(args, flag, os.path.abspath(path))
 
 
-def write_reports(result: RunResult, args: argparse.Namespace) -> None:
+def write_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
+    """Write every report asked for; return one line per write that failed (disk full, ...).
+
+    One failed write does not stop the others; the caller prints the summary first, then
+    these lines, and exits 2, so the results are never lost to an I/O error.
+    """
     from . import report
 
+    failed: list[str] = []
+
+    def attempt(flag: str, path: str, write: Callable[[RunResult, str], None]) -> None:
+        try:
+            write(result, path)
+        except OSError as e:
+            failed.append(f"--{flag} {path}: could not write the report ({e.strerror or e})")
+        except UsageError as e:
+            failed.append(f"--{flag} {e}")
+
     if getattr(args, "json", None):
-        report.write_json(result, args.json)
+        attempt("json", args.json, report.write_json)
     if getattr(args, "markdown", None):
-        report.write_markdown(result, args.markdown)
+        attempt("markdown", args.markdown, report.write_markdown)
     for flag, module, fn in (
         ("html", "html_report", "write_html"),
         ("junit", "junit", "write_junit"),
@@ -164,7 +188,15 @@ def write_reports(result: RunResult, args: argparse.Namespace) -> None:
                 mod = importlib.import_module(f"{__package__}.{module}")
             except ModuleNotFoundError:
                 raise CliError(f"--{flag} is not available in this build") from None
-            getattr(mod, fn)(result, path)
+            attempt(flag, path, getattr(mod, fn))
+    return failed
+
+
+def report_write_failures(args: argparse.Namespace, failed: Sequence[str]) -> None:
+    """After the summary: one line per failed write (``args.write_failures`` makes it exit 2)."""
+    args.write_failures = list(failed)
+    for line in failed:
+        print(f"afdb {getattr(args, 'command', '')}: error: {line}", file=sys.stderr)
 
 
 def apply_expectations(
@@ -242,7 +274,8 @@ class Progress:
             order = {s: i for i, s in enumerate(STATUSES)}
             ranked = sorted(self.counts.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
             parts = ", ".join(f"{n} {s}" for s, n in ranked)
-            print(f"{self.current}: {parts} ({self.seconds:.1f}s in cases)", flush=True)
+            name = visible(self.current, keep_newlines=False)
+            print(f"{name}: {parts} ({self.seconds:.1f}s in cases)", flush=True)
         self.counts = {}
         self.seconds = 0.0
 
@@ -265,7 +298,7 @@ def print_summary(result: RunResult, out: Any = None) -> None:
         }
         if bad:
             cells = "; ".join(f"{c}: {status_cell(cnt)}" for c, cnt in bad.items())
-            print(f"{entry:<{width}}  {cells}", file=out)
+            print(f"{visible(entry, keep_newlines=False):<{width}}  {cells}", file=out)
     from .grouping import failure_groups, terminal_lines
 
     for line in terminal_lines(
@@ -412,9 +445,10 @@ def execute(
     result.metadata["interrupted"] = interrupted
     warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    write_reports(result, args)
+        print(f"warning: {visible(warning)}", file=sys.stderr)
+    failed = write_reports(result, args)
     (summary or print_summary)(result)
+    report_write_failures(args, failed)
     return result
 
 
@@ -437,6 +471,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = execute(
         entries, options, args, source=args.source, known_entries={e.name for e in everything}
     )
+    if getattr(args, "write_failures", None):
+        return 2  # the summary was printed; a report the user asked for is missing
     if result.metadata.get("interrupted"):
         return 130
     return result.exit_status
@@ -501,7 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         if args.debug:
             raise
-        print(f"afdb {args.command}: error: {e}", file=sys.stderr)
+        print(
+            f"afdb {args.command}: error: {visible(str(e), keep_newlines=False)}", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print("afdb: interrupted", file=sys.stderr)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import re
 import shlex
@@ -20,6 +19,7 @@ from typing import Any
 from .cli import CliError, add_common_options, check_output_paths, execute, options_from_args
 from .options import DTYPES, Options
 from .results import STATUSES, RunResult
+from .textsafe import visible
 
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:
@@ -182,7 +182,7 @@ def print_check_summary(result: RunResult) -> None:
         mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
         line = f"  {mark} {check:<14} {cells}"
         if check in reasons and set(counts) == {"unsupported"}:
-            line += f" ({reasons[check][:100]})"
+            line += f" ({visible(reasons[check][:100], keep_newlines=False)})"
         print(line)
     from .grouping import failure_groups, terminal_lines
 
@@ -193,7 +193,7 @@ def print_check_summary(result: RunResult) -> None:
         print(line)
     unmatched = result.metadata.get("unmatched_expectations") or []
     for u in unmatched:
-        print(f"  note: expectation {u!r} matches no case")
+        print(f"  note: expectation {visible(repr(u))} matches no case")
     print(f"{result.verdict}: {result.summary_line()}")
 
 
@@ -209,7 +209,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, args.target)
     entry, options = prepared(spec, options)
     if not args.quiet:
-        print(f"afdb check {spec.target}: {entry.name} ({describe_function(entry)})")
+        name = visible(f"{spec.target}: {entry.name}", keep_newlines=False)
+        print(f"afdb check {name} ({describe_function(entry)})")
         if options.batch_size_note:
             print(f"batch sizes: {options.batch_size_note}")
         if options.slice_note:
@@ -244,6 +245,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"accept: {needs} new expectation(s) need a reason before the file validates")
             return 1
         return 0
+    if getattr(args, "write_failures", None):
+        return 2  # the summary was printed; a report the user asked for is missing
     if result.metadata.get("interrupted"):
         return 130
     return result.exit_status
@@ -273,16 +276,9 @@ def _skips_only(path: str) -> str | None:
 
 
 def _report_settings(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise CliError(f"--report {path}: cannot read it ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise CliError(f"--report {path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or "metadata" not in data:
-        raise CliError(f"--report {path}: not an afdb JSON report (no metadata)")
-    return data["metadata"]
+    from .repro_settings import report_settings
+
+    return report_settings(path)
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -372,9 +368,12 @@ def cmd_repro(args: argparse.Namespace) -> int:
         sys.stdout.write(script)
         return 0
     out = args.output or "repro_" + re.sub(r"[^A-Za-z0-9]+", "_", case.id).strip("_")[:80] + ".py"
-    try:
-        with open(out, "w") as f:
-            f.write(script)
+    from .report import write_atomic
+
+    try:  # through a symlink to its target; a device or FIFO is refused, not replaced
+        write_atomic(out, script)
+    except UsageError as e:
+        raise CliError(f"-o {e}") from None
     except OSError as e:
         raise CliError(f"-o {out}: cannot write the script ({e.strerror})") from None
     print(f"wrote {out}; run it with: python {out}")

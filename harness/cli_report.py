@@ -58,6 +58,24 @@ def _emit(text: str, path: str) -> None:
         write_atomic(path, text)
 
 
+def _attempt(failed: list[str], flag: str, path: str, write: Any) -> None:
+    """Run one write; an I/O error becomes a line in ``failed`` (printed last, exit 2)."""
+    from .api import UsageError
+
+    try:
+        write()
+    except OSError as e:
+        failed.append(f"--{flag} {path}: could not write it ({e.strerror or e})")
+    except UsageError as e:
+        failed.append(f"--{flag} {e}")
+
+
+def _report_failures(command: str, failed: list[str]) -> int:
+    for line in failed:
+        print(f"afdb {command}: error: {line}", file=sys.stderr)
+    return 2 if failed else 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from . import html_report, junit, report
     from .schema import load_report
@@ -66,13 +84,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     _check_writable(args, ("html", "markdown", "junit"))
     if not (args.html or args.markdown or args.junit):
         args.markdown = "-"
+    failed: list[str] = []
     if args.markdown:
-        _emit(report.to_markdown(result), args.markdown)
+        _attempt(
+            failed,
+            "markdown",
+            args.markdown,
+            lambda: _emit(report.to_markdown(result), args.markdown),
+        )
     if args.html:
-        html_report.write_html(result, args.html)
+        _attempt(failed, "html", args.html, lambda: html_report.write_html(result, args.html))
     if args.junit:
-        junit.write_junit(result, args.junit)
-    return 0
+        _attempt(failed, "junit", args.junit, lambda: junit.write_junit(result, args.junit))
+    return _report_failures("report", failed)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -83,12 +107,20 @@ def cmd_diff(args: argparse.Namespace) -> int:
     _check_writable(args, ("markdown", "json"))
     for w in d.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    failed: list[str] = []
     if args.markdown:
-        _emit(diff.to_markdown(d, title=args.title), args.markdown)
+        _attempt(
+            failed,
+            "markdown",
+            args.markdown,
+            lambda: _emit(diff.to_markdown(d, title=args.title), args.markdown),
+        )
     if args.json:
-        _emit(diff.to_json(d), args.json)
+        _attempt(failed, "json", args.json, lambda: _emit(diff.to_json(d), args.json))
     if args.quiet:
         print(f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}")
     elif args.markdown != "-":
         sys.stdout.write(diff.to_text(d))
+    if failed:  # after the summary: the user sees the verdict, then what is missing
+        return _report_failures("diff", failed)
     return 1 if d.has_regressions else 0

@@ -232,14 +232,25 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
 
 
 def load(path: str | Path) -> Expectations:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ExpectationsError(
-            f"{path}: cannot read the expectations file ({e.strerror})"
-        ) from None
+    from .safe_io import InputError, parse_json, read_text
+
+    try:  # a FIFO, invalid UTF-8, nesting deeper than an expectations file: one line
+        text = read_text(path)
+        parse_json(text, str(path))
+    except InputError as e:
+        message = str(e).replace(": cannot read (", ": cannot read the expectations file (")
+        if "not valid JSON" in message:
+            raise ExpectationsError(_json_line(text, str(path))) from None
+        raise ExpectationsError(message) from None
     return parse(text, str(path))
+
+
+def _json_line(text: str, path: str) -> str:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"{path}: line {e.lineno}: not valid JSON ({e.msg})"
+    return f"{path}: not valid JSON"
 
 
 def apply(expectations: Expectations, result: CaseResult) -> CaseResult:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .results import BAD_STATUSES, CaseResult, internal_first
+from .textsafe import visible
 
 #: Plan text inside a message: ``in_dims=(0, None)``, ``out_dims=-1``, ``B=4``, ``chunk=3``...
 _PLAN_PARTS = re.compile(
@@ -131,17 +132,18 @@ def terminal_lines(
     for g in groups[:limit]:
         first = g.first
         if g.count == 1:
-            lines.append(f"  {g.status.upper()} {first.id}")
+            lines.append(f"  {g.status.upper()} {visible(first.id, keep_newlines=False)}")
         else:
             lines.append(f"  {g.status.upper()} {headline(g)} (one root cause)")
         message = first.message
         if len(message) > message_chars:
             message = message[:message_chars] + " ..."
-        lines.extend(f"    {line}" for line in message.splitlines()[:message_lines])
+        # text from a Function: control characters shown, never sent to the terminal
+        lines.extend(f"    {visible(line)}" for line in message.splitlines()[:message_lines])
         if g.count > 1:
-            lines.append(f"    cases: {ids_text(g)}")
+            lines.append(f"    cases: {visible(ids_text(g), keep_newlines=False)}")
         if g.repro:
-            lines.append(f"    reproduce: {g.repro}")
+            lines.append(f"    reproduce: {visible(g.repro, keep_newlines=False)}")
     if len(groups) > limit:
         more = groups[limit:]
         cases = sum(g.count for g in more)

@@ -109,6 +109,56 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+class UserInterrupt:
+    """Whether a real interrupt (SIGINT, or SIGTERM with a handler) arrived during a case.
+
+    A Function may raise ``KeyboardInterrupt`` itself: that is its case's ``error``. The
+    user's Ctrl-C must still stop the run; the signal handler installed by
+    ``watch_user_interrupt`` marks it, so the runner knows which one it caught.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+
+
+@contextlib.contextmanager
+def watch_user_interrupt() -> Iterator[UserInterrupt]:
+    """Mark real SIGINT/SIGTERM deliveries during the block, then let the previous handler act."""
+    flag = UserInterrupt()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    saved: list[tuple[int, Any]] = []
+
+    def wrap(signum: int, previous: Any) -> Any:
+        def handler(num: int, frame: Any) -> None:
+            flag.seen = True
+            if callable(previous):
+                previous(num, frame)
+            elif signum == signal.SIGINT and previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+
+        return handler
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+        if signum == signal.SIGTERM and not callable(previous):
+            continue  # default SIGTERM ends the process; nothing to tell apart
+        if signum == signal.SIGINT and previous == signal.SIG_IGN:
+            continue
+        try:
+            signal.signal(signum, wrap(signum, previous))
+        except (ValueError, OSError):
+            continue
+        saved.append((signum, previous))
+    try:
+        yield flag
+    finally:
+        for num, handler in saved:
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(num, handler)
+
+
 _INTERNAL = ("/torch/", "/harness/", "/contextlib.py", "/functools.py", "\\torch\\", "\\harness\\")
 
 
@@ -125,7 +175,13 @@ def user_frame(tb: TracebackType | None) -> str:
 
 
 def describe_exception(exc: BaseException, limit: int = 2000) -> str:
-    text = str(exc).strip().splitlines()
+    """``Type: message (at file:line in fn)``; an exception whose ``__str__`` raises still gets one.
+
+    A ``__str__`` that hangs is ended by the case's time limit around the caller.
+    """
+    from .textsafe import safe_str
+
+    text = safe_str(exc).strip().splitlines()
     first = " ".join(line.strip() for line in text[:3]) if text else ""
     message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     if len(message) > limit:

@@ -36,7 +36,10 @@ _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]
 
 
 def xml_text(text: object) -> str:
-    return _INVALID_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    from .textsafe import visible
+
+    text = visible(str(text))  # ANSI escapes, BEL, C1 controls, lone surrogates as \xNN
+    return _INVALID_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _classname(entry: str, check: str) -> str:

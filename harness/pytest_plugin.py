@@ -69,7 +69,10 @@ class _Suite:
         skipped = skip_result(self.expectations, case)
         if skipped is not None:
             return skipped
-        result = run_case(data, case, target=self.target)
+        # a worker runs nothing but cases: state changed between two was changed by a thread
+        result = run_case(
+            data, case, target=self.target, watch_between=self.results_dir is not None
+        )
         if self.expectations is not None:
             apply(self.expectations, result)
         return result
@@ -110,9 +113,11 @@ def _outcome(result: Any) -> None:
         pytest.skip(result.message)
     if result.status == XFAIL:
         pytest.xfail(result.message)
-    text = f"{result.status}: {result.id}\n{result.message}"
+    from .textsafe import visible
+
+    text = visible(f"{result.status}: {result.id}\n{result.message}")
     if result.repro:
-        text += f"\nreproduce: {result.repro}"
+        text += f"\nreproduce: {visible(result.repro)}"
     pytest.fail(text, pytrace=False)
 
 
@@ -216,6 +221,9 @@ class _WorkerFiles:
         self.running_path = os.path.join(results_dir, f"running-{pid}.txt")
         self.faults = open(os.path.join(results_dir, f"faults-{pid}.txt"), "w")  # noqa: SIM115
         faulthandler.enable(file=self.faults, all_threads=False)
+        from .children import become_subreaper
+
+        become_subreaper()  # a case's orphaned grandchildren come back here, to be killed
 
     def start(self, case_id: str) -> None:
         with open(self.running_path, "w") as f:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, XFAIL, RunResult
+from .textsafe import visible
 
 
 def _file_mode(path: Path) -> int:
@@ -24,13 +25,20 @@ def _file_mode(path: Path) -> int:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` so that ``path`` holds either the old file or the whole new one."""
-    p = Path(path)
+    """Write ``text`` so that ``path`` holds either the old file or the whole new one.
+
+    Through a symlink the link's target is replaced (the new file is made beside it); a
+    path that is a device, a FIFO or a directory is refused (UsageError), never replaced.
+    Characters UTF-8 cannot carry (a lone surrogate) are written as backslash escapes.
+    """
+    from .safe_io import output_target
+
+    p = output_target(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
         os.chmod(tmp, _file_mode(p))  # mkstemp makes 0600; a report is as readable as any file
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -45,14 +53,26 @@ def write_json(result: RunResult, path: str | Path) -> None:
     write_atomic(path, result.to_json() + "\n")
 
 
+#: Markdown markup: emphasis, code, strikethrough, escapes, an underscore that can start
+#: or end emphasis (not one inside a word, as in in_dims), and what makes a link or an
+#: image: ``](`` and ``![`` (a bare ``[2, 3]`` stays as it is).
+_MD_MARKUP = re.compile(r"[\\`*~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|!(?=\[)|\](?=\()")
+
+
 def md_escape(text: str) -> str:
-    """Markdown text (also inside a table cell): markup and pipes shown as themselves."""
+    """Markdown text (also inside a table cell): markup and pipes shown as themselves.
+
+    Text from a Function (its messages, its name) must not render as an image, a link
+    or emphasis, nor carry control characters into the reader's page.
+    """
+    text = visible(str(text)).replace("&", "&amp;")
+    text = _MD_MARKUP.sub(lambda m: "\\" + m.group(), text)
     return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def code_span(text: str, *, in_table: bool = False) -> str:
     """An inline code span that no backtick inside ``text`` can close early."""
-    text = text.replace("\n", " ")
+    text = visible(str(text)).replace("\n", " ")
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if longest else ""
@@ -99,7 +119,11 @@ def axis_coverage(result: RunResult) -> dict[str, list[str]] | None:
         except Exception:  # no axes module yet, or a registry that cannot load here
             return None
     present = {c.entry for c in result.cases}
-    return {str(a): [e for e in names if e in present] for a, names in axes_map.items()}
+    return {  # a report's own axes are data from elsewhere: only lists of names count
+        str(a): [e for e in names if isinstance(e, str) and e in present]
+        for a, names in axes_map.items()
+        if isinstance(names, list)
+    }
 
 
 def coverage_markdown(result: RunResult) -> list[str]:

@@ -53,8 +53,12 @@ class CaseResult:
         return self.status not in BAD_STATUSES
 
     def to_dict(self) -> dict[str, Any]:
+        from .textsafe import cap
+
         d = asdict(self)
         d["duration_s"] = round(self.duration_s, 6)
+        d["message"] = cap(str(d["message"]))  # one cap for every message, whoever built it
+        d["repro"] = cap(str(d["repro"]))
         if not self.expectation:
             del d["expectation"]  # most cases have none: reports stay as they were
         return d

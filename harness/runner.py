@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -18,8 +19,18 @@ import torch
 
 from autograd_function_db.entry import Entry, Sample
 
+from . import children
 from .batching import ArgLayout, Plan, SliceSource, sample_seed
 from .blame import blamed, blamed_reference, classify, internal_message
+from .case_state import (
+    GlobalState,
+    between_cases,
+    case_ended,
+    foreign_threads,
+    forget_last_case,
+    note_threads,
+    restore_global,
+)
 from .checks import (
     CaseContext,
     CheckFailure,
@@ -38,6 +49,7 @@ from .isolation import (
     describe_output,
     restore,
     time_limit,
+    watch_user_interrupt,
 )
 from .options import Options
 from .results import (
@@ -49,6 +61,7 @@ from .results import (
     UNSUPPORTED,
     CaseResult,
 )
+from .textsafe import cap, safe_str
 
 
 @dataclass(frozen=True)
@@ -223,68 +236,139 @@ def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
     return record
 
 
-def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResult:
-    """Run one case; never raises. Leaked global state is reported and restored."""
+def _raised(case: Case, e: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception the Function raised; formats it (its __str__ runs)."""
+    from .textsafe import cap, safe_repr
+
+    if isinstance(e, SystemExit):
+        code = cap(safe_repr(e.code), 200)
+        return ERROR, f"the Function called sys.exit({code}): {describe_exception(e)}"
+    where = f"{case.check} {case.plan.id}" if case.plan else case.check
+    if isinstance(e, KeyboardInterrupt):
+        return ERROR, (
+            f"{where}: the Function raised KeyboardInterrupt itself (no Ctrl-C was pressed): "
+            f"{describe_exception(e)}"
+        )
+    if not isinstance(e, Exception):
+        return ERROR, (
+            f"{where}: the Function raised {describe_exception(e)} (a BaseException, not an "
+            "Exception)"
+        )
+    return blamed(e, where)  # the suite's own bug is ``internal``, never the Function's
+
+
+def run_case(
+    data: EntryData, case: Case, *, target: object = None, watch_between: bool = False
+) -> CaseResult:
+    """Run one case; never raises (but for the user's own Ctrl-C). Leaked state is put back.
+
+    ``watch_between``: nothing but cases runs in this thread between two calls (a run, a
+    worker), so state that changed since the previous case ended was changed by something
+    else (a thread a Function started): put back, and said so without blaming this case.
+    """
     options = data.options
     spec = get_check(case.check)
     result = case_record(case, PASS, reference=spec.reference, dtype=options_dtype(options))
     if case.unsupported:
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result
+    drifted = between_cases() if watch_between else []
     state = TorchState.capture()
+    global_state = GlobalState.capture()
+    threads = set(threading.enumerate())
+    others = foreign_threads(case.id)  # alive now: earlier cases' threads may act during this one
+    processes = children.descendants()
     start = time.perf_counter()
-    with capture_output() as printed:
+    describing = False
+    with watch_user_interrupt() as interrupt, capture_output() as printed:
         try:
             with time_limit(options.timeout_s):
-                assert case.sample_index is not None
-                ctx = CaseContext(
-                    entry=data.entry,
-                    case_id=case.id,
-                    sample_index=case.sample_index,
-                    sample=data.base_samples()[case.sample_index],
-                    plan=case.plan,
-                    slices=data.slices(case.sample_index),
-                    options=options,
-                )
-                nonfinite = data.nonfinite(case.sample_index)
-                if nonfinite:
-                    raise NonFiniteSample(nonfinite)
-                used = spec.run(ctx)
-                if used:
-                    result.reference = used
-                if ctx.notes:
-                    result.message = "; ".join(ctx.notes)
+                try:
+                    assert case.sample_index is not None
+                    ctx = CaseContext(
+                        entry=data.entry,
+                        case_id=case.id,
+                        sample_index=case.sample_index,
+                        sample=data.base_samples()[case.sample_index],
+                        plan=case.plan,
+                        slices=data.slices(case.sample_index),
+                        options=options,
+                    )
+                    nonfinite = data.nonfinite(case.sample_index)
+                    if nonfinite:
+                        raise NonFiniteSample(nonfinite)
+                    used = spec.run(ctx)
+                    if used:
+                        result.reference = used
+                    if ctx.notes:
+                        result.message = "; ".join(ctx.notes)
+                except (CheckFailure, Unsupported, CaseTimeout, NonFiniteSample, ReferenceRaised):
+                    raise
+                except BaseException as e:
+                    if isinstance(e, KeyboardInterrupt) and interrupt.seen:
+                        raise
+                    describing = True  # the Function's __str__ runs here, under the limit
+                    result.status, result.message = _raised(case, e)
+                    describing = False
         except CheckFailure as e:
-            result.status, result.message = FAIL, str(e)
+            result.status, result.message = FAIL, safe_str(e)
         except Unsupported as e:
-            result.status, result.message = UNSUPPORTED, str(e)
+            result.status, result.message = UNSUPPORTED, safe_str(e)
         except NonFiniteSample as e:
             where = f"{case.check} {case.plan.id}" if case.plan else case.check
-            result.status, result.message = ERROR, f"{where}: {e}"
+            result.status, result.message = ERROR, f"{where}: {safe_str(e)}"
         except ReferenceRaised as e:
             where = f"{case.check} {case.plan.id}" if case.plan else case.check
             result.status, result.message = blamed_reference(e, where)
         except CaseTimeout as e:
             result.status, result.message = TIMEOUT, str(e)
-        except SystemExit as e:
-            result.status = ERROR
-            result.message = f"the Function called sys.exit({e.code!r}): {describe_exception(e)}"
-        except Exception as e:
-            where = f"{case.check} {case.plan.id}" if case.plan else case.check
-            result.status, result.message = blamed(e, where)
+            if describing:
+                result.message += (
+                    "; it ran out while turning the Function's exception into text (its "
+                    "__str__ or __repr__ does not return)"
+                )
         finally:
             result.duration_s = time.perf_counter() - start
             leaked = restore(state)
-    if leaked and result.status != TIMEOUT:
+            leaked += restore_global(global_state)
+            killed = children.kill_new(processes)
+            if killed:
+                leaked.append(children.describe(killed))
+            case_ended(state, global_state)  # what the restores just put back
+            started = note_threads(case.id, threads)
+    if leaked and others and not killed:
+        note = (
+            "note: during this case the global state changed (" + "; ".join(leaked) + ") while "
+            "threads started by earlier cases were running (" + ", ".join(others[:3]) + "), so "
+            "this case is not blamed for it; restored before the next case"
+        )
+        result.message = f"{result.message}; {note}" if result.message else note
+    elif leaked and result.status != TIMEOUT:
         note = "the Function " + "; ".join(leaked) + " (restored before the next case)"
         if result.status == PASS:
             result.status = ERROR
         result.message = f"{result.message}; {note}" if result.message else note
+    elif killed:
+        result.message += "; " + children.describe(killed)
+    if started:
+        note = (
+            f"note: the Function left {len(started)} thread(s) running ({', '.join(started[:3])}); "
+            "state they change later is put back and reported without blaming later cases"
+        )
+        result.message = f"{result.message}; {note}" if result.message else note
+    if drifted:
+        note = (
+            "note: between the previous case and this one, something other than a case (a "
+            "thread a Function started?) " + "; ".join(drifted) + "; put back before this case "
+            "ran, which is not blamed for it"
+        )
+        result.message = f"{result.message}; {note}" if result.message else note
     output_note = describe_output(printed, result.status)
     if output_note:
         result.message = f"{result.message}\n{output_note}" if result.message else output_note
+    result.message = cap(result.message)
     if result.status not in (PASS, UNSUPPORTED):
-        result.repro = repro_command(case.id, options, target)
+        result.repro = cap(repro_command(case.id, options, target))
     return result
 
 
@@ -303,11 +387,15 @@ def run_entries(
     a caller interrupted half way still holds the cases done so far.
     """
     results: list[CaseResult] = collect if collect is not None else []
+    forget_last_case()  # state changed before this run started is the caller's business
     for entry in entries:
         data = EntryData(entry, options)
         try:
-            cases = enumerate_cases(data)
-        except Exception as e:
+            with watch_user_interrupt() as interrupt:
+                cases = enumerate_cases(data)
+        except BaseException as e:  # the samples callable is the user's code, as the Function
+            if isinstance(e, KeyboardInterrupt) and interrupt.seen:
+                raise
             r = samples_error(entry.name, e)
             results.append(r)
             if progress:
@@ -316,7 +404,7 @@ def run_entries(
         for case in cases:
             if select is not None and not select(case):
                 continue
-            r = run_case(data, case, target=target)
+            r = run_case(data, case, target=target, watch_between=True)
             results.append(r)
             if progress:
                 progress(r)

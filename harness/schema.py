@@ -222,17 +222,16 @@ def check_version(data: Any, path: str) -> None:
 
 def read_json(path: str | Path) -> Any:
     """The parsed JSON of a file, or ReportError with a one-line reason."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ReportError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ReportError(
-            f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
-            "a truncated file is not a report"
-        ) from None
+    from .safe_io import InputError, parse_json, read_text
+
+    try:  # a FIFO, invalid UTF-8 or nesting deeper than a report: one line, never a hang
+        text = read_text(path)
+        return parse_json(text, str(path))
+    except InputError as e:
+        message = str(e)
+        if "not valid JSON" in message:
+            message += "; a truncated file is not a report"
+        raise ReportError(message) from None
 
 
 def check_report(data: Any, path: str) -> None:

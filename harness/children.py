@@ -1,0 +1,132 @@
+"""Processes a case leaves behind: found, killed and named, so no fork outlives its case.
+
+A Function that forks (``os.fork``, ``subprocess.Popen``, a multiprocessing pool)
+and does not wait for its children would keep the worker's pipes open, so the
+controller waits for them (or forever). At case start the descendants of this
+process are noted; at case end the new ones are killed by their process ids.
+
+Descendants are found through ``/proc`` (Linux): the ``children`` files of this
+process's threads, then of theirs. A worker process makes itself a *child subreaper*, so a grandchild whose
+parent exited (a daemon's double fork, a child that called ``setsid``) is re-parented
+to the worker and still found. Elsewhere (no ``/proc``) nothing is tracked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+_PROC = "/proc"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"{_PROC}/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2 :].split()
+    return rest[19] if len(rest) > 19 else None
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid``, from each of its threads' ``children`` file."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"{_PROC}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{_PROC}/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def supported() -> bool:
+    return os.path.exists(f"{_PROC}/self/task/{os.getpid()}/children")
+
+
+Descendant = tuple[int, str]  # (pid, start time): a reused pid is another process
+
+
+def descendants(root: int | None = None) -> set[Descendant]:
+    """Every process below ``root`` (default: this one), zombies included."""
+    if not supported():
+        return set()
+    root = os.getpid() if root is None else root
+    found: set[Descendant] = set()
+    seen = {root}
+    stack = _children(root)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        start = _start_time(pid)
+        if start is not None:
+            found.add((pid, start))
+            stack.extend(_children(pid))
+    return found
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux prctl); True on success."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_child_subreaper = 36
+        return int(libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0)) == 0
+    except Exception:
+        return False
+
+
+def _reap(pids: list[int]) -> None:
+    """Collect those of ``pids`` that are our exited children (no zombies left behind)."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _alive(pid: int, start: str) -> bool:
+    """Still running (not a zombie) and still the same process."""
+    try:
+        with open(f"{_PROC}/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return False
+    rest = data[data.rfind(")") + 2 :].split()
+    return len(rest) > 19 and rest[0] not in ("Z", "X") and rest[19] == start
+
+
+def kill_new(before: set[Descendant], grace_s: float = 1.0) -> list[int]:
+    """Kill the running descendants that were not there ``before``; return their pids (sorted).
+
+    A child that already exited (a zombie its parent did not wait for) is not counted.
+    """
+    new = [(pid, start) for pid, start in descendants() - before if _alive(pid, start)]
+    if not new:
+        return []
+    for pid, _ in new:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    pids = sorted(pid for pid, _ in new)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        _reap(pids)
+        if not any(_alive(pid, start) for pid, start in new):
+            break
+        time.sleep(0.01)
+    return pids
+
+
+def describe(pids: list[int]) -> str:
+    shown = ", ".join(map(str, pids[:8])) + (", ..." if len(pids) > 8 else "")
+    return (
+        f"left {len(pids)} child process(es) running after the case (pid {shown}); they were killed"
+    )
