@@ -131,22 +131,25 @@ def physical_cores() -> int:
             text = f.read()
     except OSError:
         return usable
-    cores: set[tuple[str, str]] = set()
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores = count_physical_cores(text, allowed)
+    return max(1, min(cores, usable)) if cores else usable
+
+
+def count_physical_cores(cpuinfo: str, allowed: set[int] | None = None) -> int:
+    """Distinct (physical id, core id) pairs among the ``allowed`` processors of a
+    /proc/cpuinfo text; 0 when it does not say."""
     cpu_core: dict[int, tuple[str, str]] = {}
     processor, physical = -1, "0"
-    for line in text.splitlines():
+    for line in cpuinfo.splitlines():
         key, _, value = (part.strip() for part in line.partition(":"))
-        if key == "processor":
+        if key == "processor" and value.isdigit():
             processor, physical = int(value), "0"
         elif key == "physical id":
             physical = value
         elif key == "core id" and processor >= 0:
             cpu_core[processor] = (physical, value)
-    if not cpu_core:
-        return usable
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(cpu_core)
-    cores = {core for cpu, core in cpu_core.items() if cpu in allowed}
-    return max(1, min(len(cores), usable)) if cores else usable
+    return len({core for cpu, core in cpu_core.items() if allowed is None or cpu in allowed})
 
 
 def usable_cpus() -> int:
