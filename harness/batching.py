@@ -105,12 +105,25 @@ def resolve_out_dim(out_dim: OutDim, per_slice_ndim: int) -> int:
     return out_dim
 
 
+def seed_cpu_rng(seed: int) -> None:
+    """Seed the CPU generator (what ``fork_rng(devices=[])`` saves and restores).
+
+    ``torch.manual_seed`` also queues a lazy seed for each accelerator that is not
+    initialised, formatting a stack trace each time (about a millisecond, a few
+    per cent of a run); an initialised CUDA is still seeded as torch.manual_seed does.
+    """
+    if torch.cuda.is_initialized():
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+
+
 def seeded_call(fn: Callable[..., Any], seed: int) -> Callable[..., Any]:
     """``fn`` called with the global RNG reseeded to ``seed`` (and restored afterwards)."""
 
     def call(*args: Any) -> Any:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            seed_cpu_rng(seed)
             return fn(*args)
 
     return call
@@ -165,6 +178,14 @@ class SliceSource:
             a.detach().clone() if isinstance(a, torch.Tensor) else a for a in self._raw(path)
         )
 
+    def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
+        """Argument ``index`` at ``path``: a fresh copy, or (``copy=False``) the cached tensor
+        detached, for a caller that only reads it (``torch.stack`` copies anyway)."""
+        a = self._raw(path)[index]
+        if isinstance(a, torch.Tensor):
+            return a.detach().clone() if copy else a.detach()
+        return a
+
 
 # --- building batched arguments and looping -------------------------------------------------
 
@@ -174,27 +195,38 @@ def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(i if plan.levels[k].in_dims[arg] is not None else 0 for k, i in enumerate(path))
 
 
+def _slice_arg(slices: Any, path: tuple[int, ...], index: int, copy: bool = True) -> Any:
+    """One argument of a slice (a source without ``arg``, such as a wrapper adding extra
+    arguments, gives the whole fresh tuple, from which the one is taken)."""
+    one = getattr(slices, "arg", None)
+    if one is None:
+        return slices.args(path)[index]
+    return one(path, index, copy=copy)
+
+
 def slice_call_args(plan: Plan, slices: SliceSource, path: tuple[int, ...]) -> tuple[Any, ...]:
     """The per-slice arguments a loop passes to the Function at ``path``."""
     n = len(plan.levels[0].in_dims)
-    return tuple(slices.args(arg_path(plan, j, path))[j] for j in range(n))
+    return tuple(_slice_arg(slices, arg_path(plan, j, path), j) for j in range(n))
 
 
 def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     """Stack per-slice data into the batched arguments the vmapped call receives."""
     n = len(plan.levels[0].in_dims)
 
-    def build(arg: int, level: int, path: tuple[int, ...]) -> Any:
+    def build(arg: int, level: int, path: tuple[int, ...], stacked: bool) -> Any:
         if level == len(plan.levels):
-            return slices.args(arg_path(plan, arg, path))[arg]
+            # Under a stack the cached slice is only read; an argument batched at no
+            # level is the slice itself, so it gets its own copy (in-place Functions).
+            return _slice_arg(slices, arg_path(plan, arg, path), arg, copy=not stacked)
         lv = plan.levels[level]
         dim = lv.in_dims[arg]
         if dim is None:
-            return build(arg, level + 1, (*path, 0))
-        parts = [build(arg, level + 1, (*path, i)) for i in range(lv.batch_size)]
+            return build(arg, level + 1, (*path, 0), stacked)
+        parts = [build(arg, level + 1, (*path, i), True) for i in range(lv.batch_size)]
         return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
 
-    return tuple(build(j, 0, ()) for j in range(n))
+    return tuple(build(j, 0, (), False) for j in range(n))
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
