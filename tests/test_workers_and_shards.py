@@ -177,7 +177,7 @@ def _our_processes(marker: str) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("engine", ["fork", "xdist"])
+@pytest.mark.parametrize("engine", ["fork", "xdist", "in-process"])
 def test_sigterm_stops_workers_removes_temporary_folders_and_writes_the_report(tmp_path, engine):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -191,7 +191,8 @@ def test_sigterm_stops_workers_removes_temporary_folders_and_writes_the_report(t
         AFDB_WORKER_ENGINE=engine,
     )
     cmd = [sys.executable, "-m", "harness.cli", "check", f"{SLOW}:Sleepy", "--samples"]
-    cmd += [f"{SLOW}:samples", "--checks", "vmap,contract", "-n", "2", "--json", str(report)]
+    workers = "0" if engine == "in-process" else "2"
+    cmd += [f"{SLOW}:samples", "--checks", "vmap,contract", "-n", workers, "--json", str(report)]
     proc = subprocess.Popen(
         cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
