@@ -158,8 +158,8 @@ def keep_previous_reports(result: RunResult, args: argparse.Namespace) -> list[s
 
     A partial report must not silently take the place of a complete one; the
     partial report is written to the path asked for, and the earlier file stays
-    beside it (one line each says so). An earlier JSON report that was itself
-    interrupted is simply replaced.
+    beside it (one line each says so). An earlier report that was itself
+    interrupted (its JSON, Markdown or HTML says so) is simply replaced.
     """
     import os
 
@@ -173,7 +173,7 @@ def keep_previous_reports(result: RunResult, args: argparse.Namespace) -> list[s
         real = os.path.realpath(path)
         if not os.path.isfile(real) or os.path.getsize(real) == 0:
             continue
-        if flag == "json" and _is_interrupted_report(real):
+        if _is_interrupted_report(real, flag):
             continue
         stem, ext = os.path.splitext(real)
         kept = f"{stem}.previous{ext}"
@@ -190,13 +190,20 @@ def keep_previous_reports(result: RunResult, args: argparse.Namespace) -> list[s
     return lines
 
 
-def _is_interrupted_report(path: str) -> bool:
+#: How a Markdown or HTML report of an interrupted run says so (see report.py, html_report.py).
+_INTERRUPTED_MARKS = {"markdown": "> **Interrupted**", "html": '<p class="interrupted">'}
+
+
+def _is_interrupted_report(path: str, flag: str) -> bool:
+    """The file at ``path`` is a report of an interrupted run (JUnit XML does not say)."""
     import json
 
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return bool(data["metadata"]["interrupted"])
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if flag == "json":
+                return bool(json.load(f)["metadata"]["interrupted"])
+            mark = _INTERRUPTED_MARKS.get(flag)
+            return bool(mark) and mark in f.read(1 << 16)
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
 

@@ -248,7 +248,8 @@ def test_an_interrupted_run_keeps_the_complete_earlier_report_beside_it(
     rc, _, err = run_cli(capsys, *args)
     assert rc == 130
     assert (tmp_path / "r.previous.json").read_text() == complete
-    assert "r.previous.json" not in err
+    assert (tmp_path / "r.previous.md").read_text() == complete_md
+    assert "r.previous" not in err
 
 
 # --- shards and merges (issue 11.4) ---------------------------------------------------------
