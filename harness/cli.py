@@ -203,7 +203,7 @@ def _is_interrupted_report(path: str, flag: str) -> bool:
             if flag == "json":
                 return bool(json.load(f)["metadata"]["interrupted"])
             mark = _INTERRUPTED_MARKS.get(flag)
-            return bool(mark) and mark in f.read(1 << 16)
+            return mark is not None and mark in f.read(1 << 16)
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
 
