@@ -299,6 +299,9 @@ class RepeatedSlices(SliceSource):
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return self._slices.args(())
 
+    def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
+        return self._slices.arg((), index, copy=copy)
+
 
 def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) -> list[Any]:
     """Resolve each level's out_dims ("mid" -> ints per output) from the stacked reference.
