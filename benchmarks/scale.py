@@ -132,6 +132,7 @@ def bench_pytorch(rounds: int = 3) -> dict[str, float]:
     shares = profile_run(Options(), "pytorch")
     return {
         "wall_s": run.wall_s,
+        "cpu_s": run.cpu_s,
         "functorch_tests_s": FUNCTORCH_TESTS_S,
         "ratio": run.wall_s / FUNCTORCH_TESTS_S,
         "harness_share": shares["share_harness"],
@@ -146,43 +147,46 @@ def load_average() -> str:
         return "unknown"
 
 
+def _met(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
 def table(results: dict[str, dict[str, float]]) -> str:
+    """The README's "Performance" table."""
     rows = ["| goal | measured | target | met |", "|---|---|---|---|"]
     w = results.get("workers")
     if w:
-        rows.append(
-            f"| whole database, `-n 2` vs `-n 1` | {w['n1_wall_s']:.1f} s / {w['n2_wall_s']:.1f} s "
-            f"= **{w['speedup']:.2f}x** (CPU {w['n1_cpu_s']:.0f} s / {w['n2_cpu_s']:.0f} s) "
-            f"| >= 1.6x | {'yes' if w['speedup'] >= 1.6 else 'no'} |"
-        )
-        rows.append(
+        rows += [
+            f"| whole database, `-n 1` / `-n 2` wall | {w['n1_wall_s']:.1f} s / "
+            f"{w['n2_wall_s']:.1f} s = **{w['speedup']:.2f}x** | >= 1.6x | "
+            f"{_met(w['speedup'] >= 1.6)} |",
+            f"| whole database, CPU of `-n 2` / `-n 1` | {w['n2_cpu_s']:.1f} s / "
+            f"{w['n1_cpu_s']:.1f} s = **{w['n2_cpu_s'] / w['n1_cpu_s']:.2f}x** | ~1x (no work "
+            f"repeated per worker) | {_met(w['n2_cpu_s'] / w['n1_cpu_s'] < 1.2)} |",
             f"| peak RSS, `-n 1` | controller {w['n1_rss_mb']:.0f} MB, worker "
-            f"{w['n1_worker_rss_mb']:.0f} MB | reported | - |"
-        )
-        rows.append(
-            f"| peak RSS, `-n 2` | controller {w['n2_rss_mb']:.0f} MB (one entry: "
+            f"{w['n1_worker_rss_mb']:.0f} MB | reported | - |",
+            f"| peak RSS, `-n 2` | controller {w['n2_rss_mb']:.0f} MB (a one-entry run: "
             f"{w['one_entry_n2_rss_mb']:.0f} MB), largest worker {w['n2_worker_rss_mb']:.0f} MB "
-            "| reported | - |"
-        )
+            "| reported | - |",
+        ]
     c = results.get("check")
     if c:
         rows.append(
-            f"| `afdb check` small Function (isolated) vs `import torch, harness` | "
+            "| `afdb check` small Function (isolated) / `import torch, harness` | "
             f"{c['check_wall_s']:.2f} s / {c['import_wall_s']:.2f} s = **{c['ratio']:.2f}x** "
-            f"| <= 1.5x | {'yes' if c['ratio'] <= 1.5 else 'no'} |"
+            f"(CPU {c['check_cpu_s']:.2f} s / {c['import_cpu_s']:.2f} s) | <= 1.5x | "
+            f"{_met(c['ratio'] <= 1.5)} |"
         )
     p = results.get("pytorch")
     if p:
-        rows.append(
-            f"| `afdb run --source pytorch` vs PyTorch's functorch tests | {p['wall_s']:.1f} s / "
-            f"{p['functorch_tests_s']:.0f} s = **{p['ratio']:.2f}x** | <= 0.1x "
-            f"| {'yes' if p['ratio'] <= 0.1 else 'no'} |"
-        )
-        rows.append(
-            f"| harness share of self-time (`--source pytorch`) | **{100 * p['harness_share']:.0f} %** "
-            f"(torch {100 * p['torch_share']:.0f} %) | < 10 % "
-            f"| {'yes' if p['harness_share'] < 0.1 else 'no'} |"
-        )
+        rows += [
+            f"| `afdb run --source pytorch` / PyTorch's functorch tests | {p['wall_s']:.1f} s / "
+            f"{p['functorch_tests_s']:.0f} s = **{p['ratio']:.2f}x** (CPU {p['cpu_s']:.1f} s) "
+            f"| <= 0.1x | {_met(p['ratio'] <= 0.1)} |",
+            "| harness share of self-time (`--source pytorch`) | "
+            f"**{100 * p['harness_share']:.0f} %** (torch {100 * p['torch_share']:.0f} %) "
+            f"| < 10 % | {_met(p['harness_share'] < 0.1)} |",
+        ]
     return "\n".join(rows)
 
 
