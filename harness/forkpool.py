@@ -94,22 +94,27 @@ def _worker_main(
     torch.set_num_threads(1)
     faults = open(faults_path, "w")  # noqa: SIM115 (the process ends with os._exit)
     faulthandler.enable(file=faults, all_threads=False)
-    out = os.fdopen(results, "wb", buffering=0)
+    out = os.fdopen(results, "wb")  # buffered: a long line is written whole, flushed per line
     inp = os.fdopen(commands, "rb")
+
+    def send(line: bytes) -> None:
+        out.write(line)
+        out.flush()
+
     for line in inp:
         text = line.decode().strip()
         if text == "q" or not text:
             break
         first, last = (int(v) for v in text.split())
         for i in range(first, last):
-            out.write(f"S {i}\n".encode())
+            send(f"S {i}\n".encode())
             if watchdog_s:
                 faulthandler.dump_traceback_later(watchdog_s, exit=True, file=faults)
             record = run_one(i)
             if watchdog_s:
                 faulthandler.cancel_dump_traceback_later()
-            out.write(b"R " + json.dumps(record.to_dict()).encode() + b"\n")
-        out.write(b"D\n")
+            send(b"R " + json.dumps(record.to_dict()).encode() + b"\n")
+        send(b"D\n")
 
 
 class ForkPool:
