@@ -85,9 +85,11 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
     parse_workers(getattr(args, "workers", None))  # a bad -n is refused before anything prints
     if getattr(args, "shard", None):
-        from .shard import Shard
+        from .shard import Shard, baseline_durations
 
         Shard.parse(args.shard)
+        if getattr(args, "shard_durations", None):
+            baseline_durations(args.shard_durations, "")  # an unreadable file: refused now
     if getattr(args, "expectations", None):
         from . import expectations as ex
 

@@ -297,6 +297,19 @@ def test_a_bad_shard_is_one_line_exit_2(capsys, text):
         Shard.parse(text)
 
 
+def test_unreadable_shard_durations_are_one_line_exit_2(capsys, tmp_path):
+    bad = tmp_path / "durations.json"
+    bad.write_text("[1, 2")
+    rc, out, err = run_cli(
+        capsys, "run", "NumpyCube", "--shard", "1/2", "--shard-durations", str(bad)
+    )
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == [
+        f"afdb run: error: --shard-durations {bad}: not a readable afdb JSON report "
+        "(Expecting ',' delimiter: line 1 column 6 (char 5))"
+    ]
+
+
 @pytest.fixture
 def two_shards(capsys, tmp_path):
     paths = []
