@@ -1,6 +1,6 @@
 """Where does `afdb run` spend its time? Profile a run and split self-time by package.
 
-    python -m benchmarks.profile_share [--checks vmap,contract]
+    python -m benchmarks.profile_share [--source pytorch] [--checks vmap,contract]
 
 Prints cases per second and the share of self-time in torch (transforms,
 kernels, autograd), in the harness (plans, references, comparison, runner),
@@ -14,9 +14,9 @@ import cProfile
 import pstats
 import time
 
-from autograd_function_db import REGISTRY
 from harness.options import Options
 from harness.runner import run_entries
+from harness.sources import load_source, options_for_source
 
 BUCKETS = (
     ("harness", "/harness/"),
@@ -26,11 +26,18 @@ BUCKETS = (
 )
 
 
-def profile_run(options: Options) -> dict[str, float]:
+def source_run(source: str, options: Options) -> tuple[list, Options]:
+    """The entries of ``source`` and the options a run of it uses (its batch sizes)."""
+    entries = list(load_source(source))
+    return entries, options_for_source(source, entries, options)
+
+
+def profile_run(options: Options, source: str = "afdb") -> dict[str, float]:
+    entries, options = source_run(source, options)
     prof = cProfile.Profile()
     start = time.perf_counter()
     prof.enable()
-    results = run_entries(list(REGISTRY), options)
+    results = run_entries(entries, options)
     prof.disable()
     wall = time.perf_counter() - start
     stats = pstats.Stats(prof)
@@ -61,14 +68,16 @@ def profile_run(options: Options) -> dict[str, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--checks", default="vmap,vmap_nested,vmap_chunked,contract")
+    p.add_argument("--source", default="afdb", help="afdb (default) or pytorch")
+    p.add_argument("--checks", default=None, help="comma-separated checks (default: all)")
     args = p.parse_args()
-    options = Options(checks=tuple(args.checks.split(",")))
+    options = Options(checks=tuple(args.checks.split(",")) if args.checks else None)
+    entries, run_options = source_run(args.source, options)
     start = time.perf_counter()
-    n = len(run_entries(list(REGISTRY), options))
+    n = len(run_entries(entries, run_options))
     wall = time.perf_counter() - start
     print(f"{n} cases in {wall:.2f} s: {n / wall:.0f} cases/s (unprofiled)")
-    shares = profile_run(options)
+    shares = profile_run(options, args.source)
     for k, v in shares.items():
         if k.startswith("share_"):
             print(f"{k[6:]:<16} {100 * v:5.1f}% of self-time")

@@ -121,12 +121,25 @@ def resolve_out_dim(out_dim: OutDim, per_slice_ndim: int) -> int:
     return out_dim
 
 
+def seed_cpu_rng(seed: int) -> None:
+    """Seed the CPU generator (what ``fork_rng(devices=[])`` saves and restores).
+
+    ``torch.manual_seed`` also queues a lazy seed for each accelerator that is not
+    initialised, formatting a stack trace each time (about a millisecond, a few
+    per cent of a run); an initialised CUDA is still seeded as torch.manual_seed does.
+    """
+    if torch.cuda.is_initialized():
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+
+
 def seeded_call(fn: Callable[..., Any], seed: int) -> Callable[..., Any]:
     """``fn`` called with the global RNG reseeded to ``seed`` (and restored afterwards)."""
 
     def call(*args: Any) -> Any:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            seed_cpu_rng(seed)
             return fn(*args)
 
     return call
@@ -188,6 +201,14 @@ class SliceSource:
 
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return tuple(clone_tensors(a) for a in self._raw(path))
+
+    def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
+        """Argument ``index`` at ``path``: a fresh copy, or (``copy=False``) the cached tensor
+        detached, for a caller that only reads it (``torch.stack`` copies anyway)."""
+        a = self._raw(path)[index]
+        if isinstance(a, torch.Tensor):
+            return a.detach().clone() if copy else a.detach()
+        return a
 
 
 # --- building batched arguments and looping -------------------------------------------------
@@ -323,6 +344,9 @@ class RepeatedSlices(SliceSource):
 
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return self._slices.args(())
+
+    def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
+        return self._slices.arg((), index, copy=copy)
 
 
 def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) -> list[Any]:

@@ -24,7 +24,7 @@ from .results import CaseResult, RunResult
 from .textsafe import visible
 
 #: Modules that contribute subcommands (each defines ``add_parsers(subparsers)``).
-COMMAND_MODULES = ("cli_report", "cli_check")
+COMMAND_MODULES = ("cli_report", "cli_check", "cli_merge")
 
 
 class CliError(UsageError):
@@ -75,7 +75,7 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
         "-n",
         dest="workers",
         default=None,
-        help="run cases in N worker processes (pytest-xdist), or auto",
+        help="run cases in N worker processes, or auto (the physical cores); 0: in this process",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     p.add_argument(
@@ -88,7 +88,22 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> Options:
     from .checks import check_names
+    from .parallel import parse_workers
 
+    parse_workers(getattr(args, "workers", None))  # a bad -n is refused before anything prints
+    if getattr(args, "shard", None):
+        from .shard import Shard, baseline_durations
+
+        Shard.parse(args.shard)
+        if getattr(args, "shard_durations", None):
+            baseline_durations(args.shard_durations, "")  # an unreadable file: refused now
+    if getattr(args, "expectations", None):
+        from . import expectations as ex
+
+        try:
+            ex.load(args.expectations)
+        except ex.ExpectationsError as e:
+            raise CliError(str(e)) from None
     checks = None
     if args.checks:
         checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
@@ -156,6 +171,61 @@ def check_output_paths(args: argparse.Namespace) -> None:
         setattr(args, flag, os.path.abspath(path))
 
 
+def keep_previous_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
+    """An interrupted run keeps each earlier report it would replace, as NAME.previous.EXT.
+
+    A partial report must not silently take the place of a complete one; the
+    partial report is written to the path asked for, and the earlier file stays
+    beside it (one line each says so). An earlier report that was itself
+    interrupted (its JSON, Markdown or HTML says so) is simply replaced.
+    """
+    import os
+
+    if not result.metadata.get("interrupted"):
+        return []
+    lines = []
+    for flag in ("json", "markdown", "html", "junit"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if not os.path.isfile(real) or os.path.getsize(real) == 0:
+            continue
+        if _is_interrupted_report(real, flag):
+            continue
+        stem, ext = os.path.splitext(real)
+        kept = f"{stem}.previous{ext}"
+        try:
+            os.replace(real, kept)
+        except OSError as e:
+            raise CliError(
+                f"--{flag} {path}: the run was interrupted and the earlier report could not be "
+                f"kept as {kept} ({e.strerror}); nothing was written over it"
+            ) from None
+        lines.append(
+            f"interrupted: the earlier {path} is kept as {kept}; {path} holds this partial run"
+        )
+    return lines
+
+
+#: How a Markdown or HTML report of an interrupted run says so (see report.py, html_report.py).
+_INTERRUPTED_MARKS = {"markdown": "> **Interrupted**", "html": '<p class="interrupted">'}
+
+
+def _is_interrupted_report(path: str, flag: str) -> bool:
+    """The file at ``path`` is a report of an interrupted run (JUnit XML does not say)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if flag == "json":
+                return bool(json.load(f)["metadata"]["interrupted"])
+            mark = _INTERRUPTED_MARKS.get(flag)
+            return mark is not None and mark in f.read(1 << 16)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False
+
+
 def write_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
     """Write every report asked for; return one line per write that failed (disk full, ...).
 
@@ -164,6 +234,8 @@ def write_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
     """
     from . import report
 
+    for line in keep_previous_reports(result, args):
+        print(line, file=sys.stderr)
     failed: list[str] = []
 
     def attempt(flag: str, path: str, write: Callable[[RunResult, str], None]) -> None:
@@ -389,37 +461,40 @@ def execute(
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
     progress = Progress(args.quiet, expectations)
-    workers = getattr(args, "workers", None)
+    workers = worker_count(args)
     interrupted = False
-    isolate = getattr(args, "isolate", False)  # afdb check: a worker process even for one
-    if workers not in (None, "0", "1") or (isolate and workers != "0"):
+    only, shard_note = shard_selection(entries, options, args, source)
+    cases: list[CaseResult] = []
+    if workers:
         from .parallel import run_parallel
 
-        cases: list[CaseResult] = []
         try:
             run_parallel(
                 entries,
                 options,
-                workers or "1",
+                workers,
                 source=source,
                 target=target,
                 progress=progress,
                 expectations=getattr(args, "expectations", None),
                 collect=cases,
+                only=only,
             )
         except KeyboardInterrupt:
             interrupted = True
     else:
-        select = None
-        cases = []
-        if expectations is not None:
-            from .expectations import skip_result
 
-            def select(case: Any) -> bool:
+        def select(case: Any) -> bool:
+            if only is not None and case.id not in only:
+                return False
+            if expectations is not None:
+                from .expectations import skip_result
+
                 skipped = skip_result(expectations, case)  # recorded, not run
                 if skipped is not None:
                     cases.append(skipped)
                 return skipped is None
+            return True
 
         try:
             cases = run_entries(
@@ -427,6 +502,8 @@ def execute(
             )
         except KeyboardInterrupt:
             interrupted = True
+        if only is not None:
+            cases[:] = [c for c in cases if c.id in only]
     progress.flush()
     argv = getattr(args, "argv", None)
     command = ["afdb", *argv] if argv is not None else None
@@ -443,6 +520,8 @@ def execute(
     if hasattr(target, "to_dict"):
         result.metadata["target_spec"] = target.to_dict()
     result.metadata["interrupted"] = interrupted
+    if shard_note is not None:
+        result.metadata["shard"] = shard_note
     warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
     for warning in warnings:
         print(f"warning: {visible(warning)}", file=sys.stderr)
@@ -450,6 +529,44 @@ def execute(
     (summary or print_summary)(result)
     report_write_failures(args, failed)
     return result
+
+
+def worker_count(args: argparse.Namespace) -> int:
+    """Worker processes for this command: ``-n`` as given (auto: the physical cores), else
+    one for ``afdb check`` (isolation by default) and none (in this process) for ``afdb run``."""
+    from .parallel import parse_workers
+
+    n = parse_workers(getattr(args, "workers", None))
+    if n is None:
+        return 1 if getattr(args, "isolate", False) else 0
+    return n
+
+
+def shard_selection(
+    entries: Sequence[Any], options: Options, args: argparse.Namespace, source: str
+) -> tuple[set[str] | None, dict[str, Any] | None]:
+    """The case ids of ``--shard K/N`` (None: every case) and what the report records about it."""
+    text = getattr(args, "shard", None)
+    if not text:
+        return None, None
+    from . import shard
+    from .parallel import _enumerate
+
+    spec = shard.Shard.parse(text)
+    _, cases, early = _enumerate(entries, options)
+    ids = [*early, *(c.id for c in cases)]
+    durations, baseline = shard.baseline_durations(getattr(args, "shard_durations", None), source)
+    shard_of = shard.assign(ids, spec.count, durations)
+    only = {i for i, s in zip(ids, shard_of) if s == spec.index - 1}
+    note = {
+        "index": spec.index,
+        "count": spec.count,
+        "balanced_by": f"durations in {baseline}" if baseline else "case counts",
+        "total_cases": len(ids),
+        # Each case's position in the whole run, so `afdb merge` restores the run's order.
+        "positions": [n for n, i in enumerate(ids) if i in only],
+    }
+    return only, note
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -503,6 +620,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", default="afdb", help="entry source: afdb (default) or pytorch")
     add_common_options(p)
     p.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run shard K of N (a deterministic part, balanced by a baseline's durations); "
+        "put the shard reports together with `afdb merge`",
+    )
+    p.add_argument(
+        "--shard-durations",
+        metavar="REPORT",
+        help="JSON report whose case durations balance the shards (default: the committed "
+        "baseline of the source; none: balanced by case counts)",
+    )
+    p.add_argument(
         "--no-expectations",
         action="store_true",
         help="ignore the source's committed expectations (harness/known_failures/SOURCE.json)",
@@ -532,6 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     func: Callable[[argparse.Namespace], int] = args.func
+    previous_term = _sigterm_as_ctrl_c()
     try:
         return func(args)
     except UsageError as e:
@@ -547,6 +677,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `afdb list | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
+    finally:
+        if previous_term is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+def _sigterm_as_ctrl_c() -> Any:
+    """SIGTERM (a CI timeout, ``kill``) stops a run as Ctrl-C does: workers stopped, temporary
+    folders removed, the interrupted report written. Returns the handler it replaced."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum: int, frame: Any) -> None:
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler) and handler is not on_term:
+            handler(signal.SIGINT, frame)  # whatever Ctrl-C does here
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, on_term)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,14 @@ import sys
 from collections import Counter
 from typing import Any
 
-from .cli import CliError, add_common_options, check_output_paths, execute, options_from_args
+from .cli import (
+    CliError,
+    add_common_options,
+    check_output_paths,
+    execute,
+    options_from_args,
+    worker_count,
+)
 from .options import DTYPES, Options
 from .results import STATUSES, RunResult
 from .textsafe import visible
@@ -215,10 +222,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"batch sizes: {options.batch_size_note}")
         if options.slice_note:
             print(f"slices: {options.slice_note}")
+        n = worker_count(args)
         mode = (
-            f"in {args.workers} worker processes"
-            if args.workers not in (None, "0", "1")
-            else ("in a worker process" if args.isolate else "in this process")
+            f"in {n} worker processes"
+            if n > 1
+            else ("in a worker process" if n == 1 else "in this process")
         )
         print(f"running the cases {mode}, timeout {options.timeout_s:g} s per case")
     accept_path = None

@@ -45,26 +45,42 @@ class _Suite:
         target: Any = None,
         expectations: Any = None,
         results_dir: str | None = None,
+        case_ids: Sequence[tuple[str, str]] | None = None,
     ) -> None:
-        from .runner import EntryData, enumerate_cases
-
         self.options = options
         self.target = target
         self.expectations = expectations
         self.results_dir = results_dir
+        self.entries = {e.name: e for e in entries}
         self.cases: dict[str, tuple[Any, Any]] = {}
-        for entry in entries:
-            data = EntryData(entry, options)
-            for case in enumerate_cases(data):
-                self.cases[case.id] = (data, case)
+        self._ids: list[str] = []
+        self._entry_of: dict[str, str] = {}
+        if case_ids is not None:
+            # The controller enumerated the cases already: an xdist worker builds an
+            # entry's samples only when it runs one of its cases (see harness.parallel).
+            self._entry_of = {case_id: entry for entry, case_id in case_ids}
+            self._ids = [case_id for _, case_id in case_ids]
+        else:
+            for entry in entries:
+                self._load(entry.name)
+            self._ids = list(self.cases)
+
+    def _load(self, entry_name: str) -> None:
+        from .runner import EntryData, enumerate_cases
+
+        data = EntryData(self.entries[entry_name], self.options)
+        for case in enumerate_cases(data):
+            self.cases[case.id] = (data, case)
 
     def ids(self) -> list[str]:
-        return list(self.cases)
+        return list(self._ids)
 
     def run(self, case_id: str) -> Any:
         from .expectations import apply, skip_result
         from .runner import run_case
 
+        if case_id not in self.cases and case_id in self._entry_of:
+            self._load(self._entry_of[case_id])
         data, case = self.cases[case_id]
         skipped = skip_result(self.expectations, case)
         if skipped is not None:
@@ -207,6 +223,7 @@ def _suite_from_config(config: dict[str, Any]) -> _Suite:
         target=target,
         expectations=_expectations(config.get("expectations")),
         results_dir=config["results_dir"],
+        case_ids=[tuple(pair) for pair in config["cases"]] if "cases" in config else None,
     )
 
 
@@ -239,7 +256,9 @@ _WORKER_FILES: dict[str, _WorkerFiles] = {}
 
 def watchdog_grace(limit: float) -> float:
     """Extra seconds past a case's limit before its worker is killed (SIGALRM gets the first go)."""
-    return min(30.0, max(2.0, limit))
+    from .forkpool import watchdog_grace as grace
+
+    return grace(limit)
 
 
 def config_tests(config_path: str, name: str = "test_case") -> Callable[..., None]:

@@ -36,6 +36,7 @@ from autograd_function_db.hazards import safe_batch_sizes, sample_dim_sizes
 from autograd_function_db.registry import Registry, validate_entry
 
 from .api import UsageError
+from .batching import seed_cpu_rng
 from .options import Options
 
 SOURCES: dict[str, str] = {
@@ -100,7 +101,7 @@ def _seeded_samples(opinfo: Any) -> tuple[Callable[[int, torch.dtype, str], list
 
     def draw(seed: int, dtype: torch.dtype, device: str) -> list[tuple[tuple, dict]]:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(seed) & 0x7FFF_FFFF_FFFF_FFFF)
+            seed_cpu_rng(int(seed) & 0x7FFF_FFFF_FFFF_FFFF)
             raw = list(opinfo.sample_inputs_func(opinfo, device, dtype, False))
         return [
             ((_plain(s.input), *(_plain(a) for a in s.args)), dict(s.kwargs or {})) for s in raw

@@ -287,17 +287,15 @@ def test_write_atomic_makes_an_ordinary_file(tmp_path):
 
 
 def test_ctrl_c_under_workers_keeps_the_finished_cases(tmp_path, monkeypatch):
-    """-n: Ctrl-C stops the worker pool; the cases the workers finished are reported."""
+    """-n (pytest-xdist engine): Ctrl-C stops the pool; the cases the workers finished count."""
     import json
 
     from harness import parallel
 
-    real_run = parallel.subprocess.run
+    monkeypatch.setenv("AFDB_WORKER_ENGINE", "xdist")
 
-    def interrupted_pool(cmd, **kwargs):
-        if "AFDB_RESULTS_DIR" not in (kwargs.get("env") or {}):
-            return real_run(cmd, **kwargs)  # not the worker pool (e.g. git for the metadata)
-        folder = kwargs["env"]["AFDB_RESULTS_DIR"]
+    def interrupted_pool(cmd, env):
+        folder = env["AFDB_RESULTS_DIR"]
         finished = {
             "id": "NumpyCube/vmap/s0/in_dims=(0,)",
             "entry": "NumpyCube",
@@ -311,7 +309,7 @@ def test_ctrl_c_under_workers_keeps_the_finished_cases(tmp_path, monkeypatch):
             f.write(json.dumps(finished) + "\n")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(parallel.subprocess, "run", interrupted_pool)
+    monkeypatch.setattr(parallel, "_run_pool", interrupted_pool)
     out = tmp_path / "r.json"
     code = run_cli("run", "NumpyCube", "--checks", "vmap", "-q", "-n", "2", "--json", str(out))
     assert code == 130
