@@ -113,13 +113,14 @@ def _call_samples(samples: Callable[..., Any], *args: Any) -> list[Sample]:
         ) from e
 
 
-def _cast(sample: Sample, dtype: torch.dtype, device: str) -> Sample:
-    """Floating tensors in the run's dtype, every tensor on the run's device."""
+def _cast(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
+    """Floating tensors in the run's dtype (None: their own), every tensor on the run's device."""
     args = []
     for a in sample.args:
         if isinstance(a, torch.Tensor):
-            same_kind = (a.is_floating_point() and dtype.is_floating_point) or (
-                a.is_complex() and dtype.is_complex
+            same_kind = dtype is not None and (
+                (a.is_floating_point() and dtype.is_floating_point)
+                or (a.is_complex() and dtype.is_complex)
             )
             if same_kind and a.dtype != dtype:
                 a = a.to(dtype)
@@ -152,7 +153,8 @@ def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sampl
 
     A callable that accepts a seed is called once per slice with a derived seed (so
     index tensors stay valid); one without is called once and its floating data
-    perturbed per slice. Floating tensors are cast to the run's dtype.
+    perturbed per slice. Floating tensors keep their dtypes unless the run fixes one
+    (``dtype=``, ``--dtype``).
     """
     if isinstance(samples, (list, tuple)):
         fixed = _as_samples(samples)
@@ -398,7 +400,7 @@ def prepare(
     batch_sizes: Sequence[int] | None = None,
     nested_batch_sizes: Sequence[int] | None = None,
     seed: int = 0,
-    dtype: torch.dtype | str = torch.float32,
+    dtype: torch.dtype | str | None = None,
     device: str = "cpu",
     name: str | None = None,
     gradient: str = GRADIENT_DERIVATIVE,

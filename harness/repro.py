@@ -96,8 +96,9 @@ def cast(args):
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            same_kind = (a.is_floating_point() and DTYPE.is_floating_point) or (
-                a.is_complex() and DTYPE.is_complex
+            same_kind = DTYPE is not None and (
+                (a.is_floating_point() and DTYPE.is_floating_point)
+                or (a.is_complex() and DTYPE.is_complex)
             )
             if same_kind and a.dtype != DTYPE:
                 a = a.to(DTYPE)

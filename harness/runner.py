@@ -27,7 +27,7 @@ from .isolation import (
     restore,
     time_limit,
 )
-from .options import Options
+from .options import Options, dtype_name, sample_dtype_name
 from .results import (
     ERROR,
     FAIL,
@@ -94,7 +94,7 @@ def enumerate_cases(data: EntryData) -> list[Case]:
     cases: list[Case] = []
     samples: tuple[Sample, ...] | None = None
     dtype_reason = ""
-    if entry.dtypes and options.dtype not in entry.dtypes:
+    if entry.dtypes and options.dtype is not None and options.dtype not in entry.dtypes:
         declared = ", ".join(str(d).replace("torch.", "") for d in entry.dtypes)
         dtype_reason = (
             f"the entry declares dtypes {declared}, not {str(options.dtype).replace('torch.', '')}"
@@ -134,8 +134,7 @@ def repro_command(case_id_: str, options: Options, target: object = None) -> str
     elif target:
         cmd += ["--target", str(target)]
     cmd += ["--seed", str(options.seed)]
-    if options.dtype is not None:
-        cmd += ["--dtype", str(options.dtype).replace("torch.", "")]
+    cmd += ["--dtype", dtype_name(options.dtype)]
     defaults = Options()
     if options.device != defaults.device:
         cmd += ["--device", options.device]
@@ -149,8 +148,11 @@ def repro_command(case_id_: str, options: Options, target: object = None) -> str
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def options_dtype(options: Options) -> str:
-    return str(options.dtype).replace("torch.", "")
+def options_dtype(options: Options, sample: Sample | None = None) -> str:
+    """The dtype a case runs at: the run's, or with samples' own dtypes the sample's."""
+    if options.dtype is None and sample is not None:
+        return sample_dtype_name(sample.args)
+    return dtype_name(options.dtype)
 
 
 def case_record(case: Case, status: str, message: str = "", **fields: Any) -> CaseResult:
@@ -182,11 +184,23 @@ def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
     )
 
 
+def _sample_of(data: EntryData, case: Case) -> Sample | None:
+    """The case's base sample when it can be drawn (for the dtype in its record)."""
+    if case.sample_index is None or data.options.dtype is not None:
+        return None
+    try:
+        return data.base_samples()[case.sample_index]
+    except Exception:
+        return None
+
+
 def run_case(data: EntryData, case: Case, *, target: object = None) -> CaseResult:
     """Run one case; never raises. Leaked global state is reported and restored."""
     options = data.options
     spec = get_check(case.check)
-    result = case_record(case, PASS, reference=spec.reference, dtype=options_dtype(options))
+    result = case_record(
+        case, PASS, reference=spec.reference, dtype=options_dtype(options, _sample_of(data, case))
+    )
     if case.unsupported:
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result
