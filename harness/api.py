@@ -148,7 +148,7 @@ def _perturbed(sample: Sample, seed: int) -> Sample:
     return Sample(tuple(args), sample.name)
 
 
-def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sample]]:
+def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype | None, str], list[Sample]]:
     """Adapt a user's sample source into the registry's ``fn(seed, dtype, device)`` form.
 
     A callable that accepts a seed is called once per slice with a derived seed (so
@@ -158,9 +158,12 @@ def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sampl
     """
     if isinstance(samples, (list, tuple)):
         fixed = _as_samples(samples)
-        return lambda seed, dtype, device: [
-            _cast(_perturbed(s, seed) if seed else s, dtype, device) for s in fixed
-        ]
+
+        def literal(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
+            return [_cast(_perturbed(s, seed) if seed else s, dtype, device) for s in fixed]
+
+        literal.own_dtypes = True  # type: ignore[attr-defined]
+        return literal
     if not callable(samples):
         raise UsageError(
             f"samples must be a callable returning argument tuples or Sample objects, got "
@@ -168,13 +171,14 @@ def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sampl
         )
     if _accepts_seed(samples):
 
-        def seeded(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+        def seeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
             return [_cast(s, dtype, device) for s in _call_samples(samples, seed)]
 
         seeded.user_seeded = True  # type: ignore[attr-defined]
+        seeded.own_dtypes = True  # type: ignore[attr-defined]
         return seeded
 
-    def unseeded(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+    def unseeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
         base = _call_samples(samples)
         return [
             _cast(_perturbed(s, derive_seed("perturb", seed)) if seed else s, dtype, device)
@@ -182,6 +186,7 @@ def user_sample_fn(samples: Any) -> Callable[[int, torch.dtype, str], list[Sampl
         ]
 
     unseeded.user_seeded = False  # type: ignore[attr-defined]
+    unseeded.own_dtypes = True  # type: ignore[attr-defined]
     return unseeded
 
 

@@ -426,6 +426,11 @@ def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torc
     """The full reference Jacobian of the view: FD, or the eager backward for gradient=custom."""
     if is_custom(view.entry):
         return eager_jacobian(view), EAGER_CUSTOM_REFERENCE
+    return fd_jacobian(ctx, view), fd.FD_REFERENCE
+
+
+def fd_jacobian(ctx: CaseContext, view: DiffView) -> list[list[torch.Tensor]]:
+    """The finite-difference Jacobian of the view (cached per sample)."""
     key: Any = (
         view.entry,
         ctx.sample_index,
@@ -438,7 +443,7 @@ def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torc
     except TypeError:  # an entry with unhashable fields
         key, cached = None, None
     if cached is not None:
-        return cached, fd.FD_REFERENCE
+        return cached
     args64 = view.args64()
     blocks = attempt(
         "finite differences (reference, float64 forward)",
@@ -451,7 +456,7 @@ def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torc
         if len(_JACOBIAN_CACHE) >= _JACOBIAN_CACHE_SIZE:
             _JACOBIAN_CACHE.pop(next(iter(_JACOBIAN_CACHE)))
         _JACOBIAN_CACHE[key] = blocks
-    return blocks, fd.FD_REFERENCE
+    return blocks
 
 
 def _subsets(items: Sequence[int], word: str, plural: str) -> list[tuple[str, tuple[int, ...]]]:

@@ -514,7 +514,9 @@ def generate(
     command: str = "",
 ) -> str:
     """The text of a standalone script that reproduces ``case``."""
-    rtol, atol = entry.tolerances.for_dtype(options.dtype)
+    import torch
+
+    rtol, atol = entry.tolerances.for_dtype(options.dtype or torch.float64)
     levels = case.plan.to_dict()["levels"] if case.plan is not None else []
     module = target.target.rpartition(":")[0] if target is not None else "autograd_function_db"
     header = f'''#!/usr/bin/env python
