@@ -70,7 +70,7 @@ def either_reference(
             ctx.notes.append(f"{check}: {what} matches {name}{reason}")
             return name
     merged = Findings(contract.rtol, contract.atol)
-    tagged = [[f"[vs {name}] {p}" for p in found.problems] for name, found in by_name.items()]
+    tagged = [found.problems for found in by_name.values()]
     merged.problems = [p for ps in tagged for p in ps[:2]] + [p for ps in tagged for p in ps[2:]]
     for found in by_name.values():
         for h in found.hints:
@@ -165,6 +165,26 @@ def run_jvp(ctx: CaseContext) -> str:
 
 # --- vjp -------------------------------------------------------------------------------------
 
+CUSTOM_GRADIENT_HINT = (
+    "if this gradient is intentional (surrogate, straight-through, tangent-space), check with "
+    "`--gradient custom`"
+)
+
+
+def _differs_everywhere(findings: Findings, actual: Any, expected: torch.Tensor) -> bool:
+    """A different rule rather than a slip: every value of the grad is outside tolerance, or
+    the true derivative is zero everywhere (a piecewise-constant forward) and the grad is not."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return False
+    if actual.numel() == 0:
+        return False
+    wide = torch.complex128 if actual.is_complex() or expected.is_complex() else torch.float64
+    a, e = actual.detach().to(wide).cpu(), expected.detach().to(wide).cpu()
+    bad = (a - e).abs() > findings.atol + findings.rtol * e.abs()
+    flat_reference = bool((e.abs() <= findings.atol).all())
+    return bool(bad.all()) or (flat_reference and bool(bad.any()))
+
+
 
 def run_vjp(ctx: CaseContext) -> str:
     view = diff_view(ctx)
@@ -215,6 +235,8 @@ def run_vjp(ctx: CaseContext) -> str:
                     e,
                     view.args[i].dtype,
                 )
+                if not ok and not custom and _differs_everywhere(findings, actual, e):
+                    findings.hint(CUSTOM_GRADIENT_HINT)
                 if not ok and isinstance(actual, torch.Tensor):
                     for k, other in zip(ins, expected):
                         if k != i and _close(findings, actual, other):
@@ -239,7 +261,10 @@ def run_vjp(ctx: CaseContext) -> str:
                 step=entry.tolerances.fd_step,
             )
             rhs.append(fd.dot(jt, [cot[j] for j in outs]))
+        before = len(findings.problems)
         _identity_problems(label, findings, grads, directions, rhs, columns)
+        if not custom and len(findings.problems) - before == len(directions):
+            findings.hint(CUSTOM_GRADIENT_HINT)
 
     cases = [
         (f"{in_name}, {out_name}", ins, outs, False)
