@@ -33,7 +33,13 @@ from .autodiff_refs import (
 )
 from .checks import (
     CaseContext,
+    Unsupported,
 )
+
+
+def _reraise(e: BaseException) -> None:
+    raise e
+
 
 # --- jvp -------------------------------------------------------------------------------------
 
@@ -93,7 +99,7 @@ def run_jvp(ctx: CaseContext) -> str:
         return attempt(
             "finite differences (reference, float64 forward)",
             fd.directional,
-            restricted(entry, args64, subset, view.outs),
+            view.fd_fn(args64, subset, view.outs),
             [args64[i] for i in subset],
             [tangents[i] for i in subset],
             step=entry.tolerances.fd_step,
@@ -109,8 +115,10 @@ def run_jvp(ctx: CaseContext) -> str:
     }
     if custom:
         references[EAGER_CUSTOM_REFERENCE] = backward_reference
-    findings = Findings.of(ctx)  # contract and primal problems: fail whatever the reference
-    by_name = {name: Findings.of(ctx) for name in references} if custom else {}
+    findings = Findings.derived(
+        ctx, view
+    )  # contract and primal problems: fail whatever the reference
+    by_name = {name: Findings.derived(ctx, view) for name in references} if custom else {}
     by_name.setdefault(fd.FD_REFERENCE, findings)
 
     cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
@@ -178,19 +186,19 @@ def _differs_everywhere(findings: Findings, actual: Any, expected: torch.Tensor)
         return False
     if actual.numel() == 0:
         return False
+    rtol, atol = findings.tolerances_for(actual, expected)
     wide = torch.complex128 if actual.is_complex() or expected.is_complex() else torch.float64
     a, e = actual.detach().to(wide).cpu(), expected.detach().to(wide).cpu()
-    bad = (a - e).abs() > findings.atol + findings.rtol * e.abs()
-    flat_reference = bool((e.abs() <= findings.atol).all())
+    bad = (a - e).abs() > atol + rtol * e.abs()
+    flat_reference = bool((e.abs() <= atol).all())
     return bool(bad.all()) or (flat_reference and bool(bad.any()))
-
 
 
 def run_vjp(ctx: CaseContext) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
     entry = ctx.entry
-    findings = Findings.of(ctx)
+    findings = Findings.derived(ctx, view)
     cot = dict(
         zip(
             view.outs,
@@ -201,7 +209,7 @@ def run_vjp(ctx: CaseContext) -> str:
     columns = view.columns()
     jac = None
     ref_name = EAGER_CUSTOM_REFERENCE if custom else fd.FD_REFERENCE
-    if not custom and columns <= FULL_JACOBIAN_MAX:
+    if not custom and columns <= FULL_JACOBIAN_MAX and not view.is_complex:
         jac, ref_name = reference_jacobian(ctx, view)
     args64 = view.args64()
 
@@ -249,7 +257,7 @@ def run_vjp(ctx: CaseContext) -> str:
         directions = [
             random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)
         ]
-        f64 = restricted(entry, args64, ins, outs)
+        f64 = view.fd_fn(args64, ins, outs)
         rhs = []
         for t in directions:
             jt = attempt(
@@ -309,7 +317,7 @@ def run_vjp(ctx: CaseContext) -> str:
 def run_jacobian(ctx: CaseContext, kind: str) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
-    findings = Findings.of(ctx)
+    findings = Findings.derived(ctx, view)
     transform: Callable[..., Any] = torch.func.jacrev
     if kind == "jacfwd":
         transform = functools.partial(torch.func.jacfwd, randomness=ctx.vmap_randomness)
@@ -317,14 +325,21 @@ def run_jacobian(ctx: CaseContext, kind: str) -> str:
     for i, a in enumerate(view.args):
         watch.add(f"input {i}", a)
     argnums = tuple(range(len(view.diff)))
-    jac = attempt(
-        f"{kind} (torch.func.{kind})", transform(view.fn(), argnums=argnums), *view.primals()
-    )
+    try:
+        jac = transform(view.fn(), argnums=argnums)(*view.primals())
+    except RuntimeError as e:
+        if view.is_complex and "to be real" in str(e):
+            raise Unsupported(
+                f"torch.func.{kind} refuses complex inputs and outputs (torch: {e}); the "
+                "complex derivatives are checked by jvp and vjp"
+            ) from None
+        attempt(f"{kind} (torch.func.{kind})", _reraise, e)
+        raise
     watch.verify(kind, findings, INPUT_WHY)
     refs = [reference_jacobian(ctx, view)]
     if kind == "jacfwd" and is_custom(ctx.entry):  # either reference, finite differences first
         refs.insert(0, (fd_jacobian(ctx, view), fd.FD_REFERENCE))
-    by_name = {name: Findings.of(ctx) for _, name in refs} if len(refs) > 1 else {}
+    by_name = {name: Findings.derived(ctx, view) for _, name in refs} if len(refs) > 1 else {}
     for ref, ref_name in refs:
         found = by_name.get(ref_name, findings)
         for k, j in enumerate(view.outs):

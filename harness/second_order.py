@@ -71,14 +71,20 @@ def first_order_vjp(view: DiffView, args: Sequence[Any]) -> Callable[..., tuple[
 
 
 def eager_first_order(view: DiffView, args: Sequence[Any]) -> Callable[..., tuple[Any, ...]]:
-    """g(x..., c...) through the Function's eager backward (for finite differences)."""
+    """g(x..., c...) through the Function's eager backward (for finite differences; a
+    random Function is evaluated in the call's dtype, so it sees the call's draw)."""
     n = len(view.diff)
+    dtypes = view.call_dtypes()
 
     def g(*xc: Any) -> tuple[Any, ...]:
         call = list(args)
         for i, x in zip(view.diff, xc[:n]):
             call[i] = x
-        return eager_vjp(view.entry, call, view.diff, view.outs, list(xc[n:]))
+        cots = list(xc[n:])
+        if dtypes is not None:
+            call = [c.to(d) if d is not None else c for c, d in zip(call, dtypes)]
+            cots = [c.to(view.outputs[j].dtype) for c, j in zip(cots, view.outs)]
+        return eager_vjp(view.entry, call, view.diff, view.outs, cots)
 
     return g
 
@@ -208,11 +214,11 @@ def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.T
     """The id of this sample's first-order ``vjp`` case when the Function's eager backward
     already differs from finite differences there (else ""): a second-order mismatch then
     follows from it."""
-    findings = Findings.of(ctx)
+    findings = Findings.derived(ctx, view)
     grads = attempt(
         "eager backward", eager_vjp, view.entry, view.args, view.diff, view.outs, list(cots)
     )
-    if view.columns() <= FULL_JACOBIAN_MAX:
+    if view.columns() <= FULL_JACOBIAN_MAX and not view.is_complex:
         expected = fd.vjp_from_jacobian(fd_jacobian(ctx, view), list(cots), view.input_shapes)
         for i, a, e in zip(view.diff, grads, expected):
             findings.compare(f"grad of input {i}", a, e)
@@ -223,7 +229,7 @@ def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.T
         jt = attempt(
             "finite differences (reference, float64 forward)",
             fd.directional,
-            restricted(view.entry, args64, view.diff, view.outs),
+            view.fd_fn(args64, view.diff, view.outs),
             view.primals(args64),
             direction,
             step=view.entry.tolerances.fd_step,
@@ -248,7 +254,7 @@ def _follows(findings: Findings, check: str, case: str) -> None:
 def run_vjp_of_vjp(ctx: CaseContext) -> str:
     view, xs, cots, names = _second_order_setup(ctx)
     entry = ctx.entry
-    findings = Findings.of(ctx)
+    findings = Findings.derived(ctx, view)
     w = random_like(ctx.generator("outer cotangents"), xs)
     primals = [*xs, *cots]
     custom = is_custom(entry)
@@ -276,7 +282,7 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
         jw = attempt(
             "finite differences (reference, float64 forward)",
             fd.directional,
-            restricted(entry, args64, view.diff, view.outs),
+            view.fd_fn(args64, view.diff, view.outs),
             x64,
             w,
             step=entry.tolerances.fd_step,
@@ -322,7 +328,7 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
 def run_jvp_of_vjp(ctx: CaseContext) -> str:
     view, xs, cots, names = _second_order_setup(ctx)
     entry = ctx.entry
-    findings = Findings.of(ctx)
+    findings = Findings.derived(ctx, view)
     primals = [*xs, *cots]
     tangents = random_like(ctx.generator("tangents"), primals)
     label = "jvp_of_vjp (torch.func.jvp of torch.func.vjp, forward-over-reverse)"
@@ -339,7 +345,7 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
             (EAGER_DOUBLE_BACKWARD, eager_double_backward_jvp),
             (EAGER_FORWARD_OVER_REVERSE, eager_forward_over_reverse),
         ):
-            found = by_name[ref_name] = Findings.of(ctx)
+            found = by_name[ref_name] = Findings.derived(ctx, view)
             expected = attempt(f"{ref_name} (reference)", reference, view, primals, tangents)
             for i, a, e in zip(view.diff, actual, expected):
                 found.compare(

@@ -298,21 +298,28 @@ class Normalize(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
+        # Save the input and recompute in backward: setup_context runs without grad
+        # tracking, so statistics computed here would make double backward wrong.
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def _stats(x):
         rstd = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
-        ctx.save_for_backward(output, rstd)
-        ctx.save_for_forward(output, rstd)
+        return (x - x.mean(-1, keepdim=True)) * rstd, rstd
 
     @staticmethod
     def backward(ctx, grad):
-        y, rstd = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
+        y, rstd = Normalize._stats(x)
         g_mean = grad.mean(-1, keepdim=True)
         gy_mean = (grad * y).mean(-1, keepdim=True)
         return rstd * (grad - g_mean - y * gy_mean)
 
     @staticmethod
     def jvp(ctx, x_t):
-        y, rstd = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
+        y, rstd = Normalize._stats(x)
         t = x_t - x_t.mean(-1, keepdim=True)
         return rstd * (t - y * (t * y).mean(-1, keepdim=True))
 
@@ -322,7 +329,8 @@ class NormalizeBadBackward(Normalize):
 
     @staticmethod
     def backward(ctx, grad):
-        _, rstd = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
+        _, rstd = Normalize._stats(x)
         return rstd * (grad - grad.mean(-1, keepdim=True))
 
 
