@@ -148,10 +148,12 @@ def repro_command(case_id_: str, options: Options, target: object = None) -> str
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def options_dtype(options: Options, sample: Sample | None = None) -> str:
-    """The dtype a case runs at: the run's, or with samples' own dtypes the sample's."""
+def options_dtype(options: Options, sample: Sample | Sequence[Sample] | None = None) -> str:
+    """The dtype a case runs at: the run's, or with samples' own dtypes the sample's (for a
+    case of no one sample, those of all the entry's samples)."""
     if options.dtype is None and sample is not None:
-        return sample_dtype_name(sample.args)
+        samples = [sample] if isinstance(sample, Sample) else list(sample)
+        return sample_dtype_name([a for s in samples for a in s.args])
     return dtype_name(options.dtype)
 
 
@@ -184,12 +186,14 @@ def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
     )
 
 
-def _sample_of(data: EntryData, case: Case) -> Sample | None:
-    """The case's base sample when it can be drawn (for the dtype in its record)."""
-    if case.sample_index is None or data.options.dtype is not None:
+def _sample_of(data: EntryData, case: Case) -> Sample | Sequence[Sample] | None:
+    """The case's base sample (all of them for an entry-level case) when they can be drawn,
+    for the dtype in its record."""
+    if data.options.dtype is not None:
         return None
     try:
-        return data.base_samples()[case.sample_index]
+        samples = data.base_samples()
+        return samples if case.sample_index is None else samples[case.sample_index]
     except Exception:
         return None
 

@@ -85,12 +85,12 @@ class NormalizeQuaternion(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (q,) = inputs
-        ctx.save_for_backward(output)
+        ctx.save_for_backward(q, output)
         ctx.save_for_forward(q, output)
 
     @staticmethod
     def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
+        _, y = ctx.saved_tensors
         return grad - (grad * y).sum(-1, keepdim=True) * y
 
     @staticmethod
