@@ -11,15 +11,12 @@ import pytest
 import torch
 
 import harness
-from autograd_function_db import REGISTRY
 from harness import dtype_tolerance
-from harness import expectations as ex
 from harness.autodiff_refs import DiffView
 from harness.checks import check_names
 from harness.options import Options
 from harness.runner import run_entries
 from harness.second_order import EAGER_DOUBLE_BACKWARD
-from harness.sources import expectations_path
 
 from . import planted_autodiff as planted
 from . import real_library_functions as R
@@ -189,9 +186,7 @@ def test_dropout_twin_that_redraws_its_mask_fails():
 def test_fixtures_pass_at_float32_with_a_10x_margin(monkeypatch, fn, samples):
     monkeypatch.setattr(dtype_tolerance, "MARGIN", 0.1)
     gradient = "custom" if fn is R.NormalizeQuaternion else "derivative"
-    assert_all_pass(
-        harness.check(fn, samples, dtype="float32", gradient=gradient, checks=DIRECT)
-    )
+    assert_all_pass(harness.check(fn, samples, dtype="float32", gradient=gradient, checks=DIRECT))
 
 
 def test_examples_pass_at_float32_with_a_10x_margin(monkeypatch):
@@ -206,21 +201,6 @@ def test_examples_pass_at_float32_with_a_10x_margin(monkeypatch):
     )
     assert_all_pass(result)
     sys.modules.pop("rotations", None)
-
-
-@pytest.mark.parametrize("name", [e.name for e in REGISTRY])
-def test_registry_passes_at_float32_with_a_10x_margin(monkeypatch, name):
-    """The dtype rule's test: every correct entry passes at a tenth of its tolerance."""
-    monkeypatch.setattr(dtype_tolerance, "MARGIN", 0.1)
-    expected = ex.load(expectations_path("afdb"))
-    e = next(e for e in REGISTRY if e.name == name)
-    results = [ex.apply(expected, r) for r in run_entries([e], Options(checks=DIRECT))]
-    problems = [
-        (r.id, r.status, r.message)
-        for r in results
-        if r.status not in ("pass", "unsupported", "xfail", "skip")
-    ]
-    assert not problems, problems
 
 
 def test_dtype_rule_scales_with_precision_and_values():
@@ -269,3 +249,47 @@ def test_complex_multiply_at_complex64():
     )
     assert_all_pass(result)
     assert {r.dtype for r in result.cases} == {"complex64"}
+
+
+# --- afdb repro uses the suite's reference ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cls,gradient,case,reproduces",
+    [
+        ("SO3Exp", "custom", "SO3Exp/vjp_of_vjp/s0", False),  # passes in the suite
+        ("SO3Exp", "derivative", "SO3Exp/vjp_of_vjp/s0", True),  # fails in the suite
+        ("SO3ExpBadBackward", "custom", "SO3ExpBadBackward/jvp/s0", True),
+    ],
+)
+def test_autodiff_repro_uses_the_suites_reference(
+    tmp_path, capsys, cls, gradient, case, reproduces
+):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness.cli import main
+
+    fixtures = Path(R.__file__).resolve()
+    suite = harness.check(
+        getattr(R, cls), R.axis_angle_samples, gradient=gradient, checks=[case.split("/")[1]]
+    )
+    (record,) = suite.cases
+    assert (record.status == "fail") == reproduces, record.message
+    script = tmp_path / "repro.py"
+    argv = [f"{fixtures}:{cls}", "--samples", f"{fixtures}:axis_angle_samples"]
+    argv += ["--gradient", gradient, "--dtype", "float64", "-o", str(script)]
+    assert main(["repro", case, *argv]) == 0
+    capsys.readouterr()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-I", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == (1 if reproduces else 0), proc.stdout + proc.stderr
