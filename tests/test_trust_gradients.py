@@ -265,9 +265,7 @@ def test_complex_multiply_at_complex64():
 def test_autodiff_repro_uses_the_suites_reference(
     tmp_path, capsys, cls, gradient, case, reproduces
 ):
-    import os
-    import subprocess
-    import sys
+    import runpy
     from pathlib import Path
 
     from harness.cli import main
@@ -283,13 +281,29 @@ def test_autodiff_repro_uses_the_suites_reference(
     argv += ["--gradient", gradient, "--dtype", "float64", "-o", str(script)]
     assert main(["repro", case, *argv]) == 0
     capsys.readouterr()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(
-        [sys.executable, "-I", str(script)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
-    assert proc.returncode == (1 if reproduces else 0), proc.stdout + proc.stderr
+    # in-process (the standalone run is covered by test_gate_cli): its exit status says
+    # whether the mismatch reproduced
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert exited.value.code == (1 if reproduces else 0), out
+
+
+def test_afdb_check_keeps_the_samples_dtype_unless_dtype_is_given(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from harness.cli import main
+
+    fixtures = Path(R.__file__).resolve()
+    argv = [f"{fixtures}:Float64Only", "--samples", f"{fixtures}:float64_samples"]
+    argv += ["--no-isolate", "--checks", "vjp", "-q"]
+    own, cast = tmp_path / "own.json", tmp_path / "cast.json"
+    assert main(["check", *argv, "--json", str(own)]) == 0
+    assert main(["check", *argv, "--dtype", "float32", "--json", str(cast)]) == 1
+    capsys.readouterr()
+    own_report, cast_report = json.loads(own.read_text()), json.loads(cast.read_text())
+    assert own_report["metadata"]["dtype"] == "samples"
+    assert {c["dtype"] for c in own_report["cases"]} == {"float64"}
+    assert {c["dtype"] for c in cast_report["cases"]} == {"float32"}
+    assert all("needs float64 input" in c["message"] for c in cast_report["cases"])
