@@ -115,9 +115,8 @@ def run_jvp(ctx: CaseContext) -> str:
     }
     if custom:
         references[EAGER_CUSTOM_REFERENCE] = backward_reference
-    findings = Findings.derived(
-        ctx, view
-    )  # contract and primal problems: fail whatever the reference
+    # contract and primal problems: they fail the case whatever the reference
+    findings = Findings.derived(ctx, view)
     by_name = {name: Findings.derived(ctx, view) for name in references} if custom else {}
     by_name.setdefault(fd.FD_REFERENCE, findings)
 
