@@ -218,6 +218,9 @@ def make_entry(
         caps=caps,
         tolerances=tolerances or Tolerances(),
         gradient=gradient,
+        # A user's Function declares no dtypes: it runs at its samples' own, or the one
+        # the user asks for (dtype=, --dtype).
+        dtypes=(),
     )
 
 

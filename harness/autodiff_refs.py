@@ -570,7 +570,8 @@ def _identity_problems(
     if findings.derive and low and dtype_tolerance.applies(low[0].dtype, torch.float64):
         # the dtype rule on a scalar: the scale of the sum is the size of the values
         factor = dtype_tolerance.factor(low[0].dtype, reference_step=findings.reference_step)
-        rtol, atol = factor * findings.amplification, 0.0
+        cap = dtype_tolerance.MARGIN * dtype_tolerance.MAX_RELATIVE
+        rtol, atol = min(factor * findings.amplification, cap), 0.0
         if findings.floor is not None:
             rtol, atol = max(rtol, findings.floor[0]), max(atol, findings.floor[1])
     why = (
