@@ -164,10 +164,15 @@ class Entry:
         return self.op if self.op is not None else self.function.apply  # type: ignore[attr-defined]
 
     def make_samples(
-        self, seed: int, dtype: torch.dtype = torch.float64, device: str = "cpu"
+        self, seed: int, dtype: torch.dtype | None = torch.float64, device: str = "cpu"
     ) -> list[Sample]:
+        """The samples for ``seed``. ``dtype=None``: the samples' own dtypes, i.e. the first
+        declared dtype for a generator that needs one, or as they come from a generator
+        marked ``own_dtypes`` (a user's samples, which keep theirs)."""
+        if dtype is None and not getattr(self.samples, "own_dtypes", False):
+            dtype = self.dtypes[0] if self.dtypes else torch.float64
         out = []
-        for s in self.samples(seed, dtype, device):
+        for s in self.samples(seed, dtype, device):  # type: ignore[arg-type]
             out.append(s if isinstance(s, Sample) else Sample(tuple(s)))
         return out
 

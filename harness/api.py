@@ -114,13 +114,14 @@ def _call_samples(samples: Callable[..., Any], *args: Any) -> list[Sample]:
         ) from e
 
 
-def _cast(sample: Sample, dtype: torch.dtype, device: str) -> Sample:
-    """Floating tensors in the run's dtype, every tensor on the run's device."""
+def _cast(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
+    """Floating tensors in the run's dtype (None: their own), every tensor on the run's device."""
     args = []
     for a in sample.args:
         if isinstance(a, torch.Tensor):
-            same_kind = (a.is_floating_point() and dtype.is_floating_point) or (
-                a.is_complex() and dtype.is_complex
+            same_kind = dtype is not None and (
+                (a.is_floating_point() and dtype.is_floating_point)
+                or (a.is_complex() and dtype.is_complex)
             )
             if same_kind and a.dtype != dtype:
                 a = a.to(dtype)
@@ -241,17 +242,20 @@ class _SliceDiversity:
 
 def user_sample_fn(
     samples: Any, call: Callable[..., Any] | None = None
-) -> Callable[[int, torch.dtype, str], list[Sample]]:
+) -> Callable[[int, torch.dtype | None, str], list[Sample]]:
     """Adapt a user's sample source into the registry's ``fn(seed, dtype, device)`` form.
 
     A callable that accepts a seed is called once per slice with a derived seed (so
     index tensors stay valid); one without is called once and its data perturbed per
     slice (floating noise; integer/bool tensors shuffled where ``call``, the Function,
-    accepts that). Floating tensors are cast to the run's dtype.
+    accepts that). Floating tensors keep their dtypes unless the run fixes one
+    (``dtype=``, ``--dtype``).
     """
     diversity = _SliceDiversity(call)
 
-    def varied(base: Sequence[Sample], seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+    def varied(
+        base: Sequence[Sample], seed: int, dtype: torch.dtype | None, device: str
+    ) -> list[Sample]:
         out = []
         for k, s in enumerate(base):
             keep = diversity.decide(k, _cast(s, dtype, device))
@@ -262,11 +266,12 @@ def user_sample_fn(
     if isinstance(samples, (list, tuple)):
         fixed = _as_samples(samples)
 
-        def listed(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+        def listed(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
             return varied(fixed, seed, dtype, device)
 
         listed.user_seeded = False  # type: ignore[attr-defined]
         listed.diversity = diversity  # type: ignore[attr-defined]
+        listed.own_dtypes = True  # type: ignore[attr-defined]
         return listed
     if not callable(samples):
         raise UsageError(
@@ -275,17 +280,19 @@ def user_sample_fn(
         )
     if _accepts_seed(samples):
 
-        def seeded(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+        def seeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
             return [_cast(s, dtype, device) for s in _call_samples(samples, seed)]
 
         seeded.user_seeded = True  # type: ignore[attr-defined]
+        seeded.own_dtypes = True  # type: ignore[attr-defined]
         return seeded
 
-    def unseeded(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
+    def unseeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
         return varied(_call_samples(samples), seed, dtype, device)
 
     unseeded.user_seeded = False  # type: ignore[attr-defined]
     unseeded.diversity = diversity  # type: ignore[attr-defined]
+    unseeded.own_dtypes = True  # type: ignore[attr-defined]
     return unseeded
 
 
@@ -325,6 +332,9 @@ def make_entry(
         caps=caps,
         tolerances=tolerances or Tolerances(),
         gradient=gradient,
+        # A user's Function declares no dtypes: it runs at its samples' own, or the one
+        # the user asks for (dtype=, --dtype).
+        dtypes=(),
     )
 
 
@@ -514,7 +524,7 @@ def prepare(
     batch_sizes: Sequence[int] | None = None,
     nested_batch_sizes: Sequence[int] | None = None,
     seed: int = 0,
-    dtype: torch.dtype | str = torch.float32,
+    dtype: torch.dtype | str | None = None,
     device: str = "cpu",
     name: str | None = None,
     gradient: str = GRADIENT_DERIVATIVE,

@@ -10,18 +10,19 @@ Every check is a small ``run(ctx)`` built from a few composable pieces:
   ``mark_dirty`` Function is differentiated through a clone of a leaf).
 * References (never the thing being checked): finite differences in float64
   (``harness.finite_diff``); for ``gradient="custom"`` entries, the Function's own
-  eager backward through ``torch.autograd.grad``; for the composite vmap
+  eager backward through ``torch.autograd.grad`` (jvp and jacfwd: either that or finite
+  differences; second order: eager autograd's double backward); for the composite vmap
   checks, a loop of per-slice eager calls (``torch.autograd.grad`` /
   ``torch.autograd.forward_ad``), which never runs a vmap rule.
 * ``Findings``: comparisons and contract checks collected with one-line messages
   that name the sub-check, which side is the Function's and which the reference.
 
-Second order: ``jvp_of_vjp`` is compared with the finite-difference derivative of the
-eager first-order vjp ``g(x, c) = J(x)^T c`` along the tangents. For ``vjp_of_vjp`` of a
-``derivative`` entry the symmetry of second derivatives makes the reference two
-directional differences (``d<g, w>/dx`` is the derivative of ``g`` along ``w``, and
-``d<g, w>/dc = J w``); a ``custom`` entry gets the full FD Jacobian of ``g`` (or the
-identity with random directions when it is large).
+Second order (``harness.second_order``): ``jvp_of_vjp`` is compared with the
+finite-difference derivative of the eager first-order vjp ``g(x, c) = J(x)^T c`` along
+the tangents. For ``vjp_of_vjp`` of a ``derivative`` entry the symmetry of second
+derivatives makes the reference two directional differences (``d<g, w>/dx`` is the
+derivative of ``g`` along ``w``, and ``d<g, w>/dc = J w``); a ``custom`` entry is compared
+with plain eager autograd's double backward of the same Function instead.
 
 Plans of the composite checks: see ``harness.composites`` (pairwise covering arrays
 over the arguments and, for vmap_of_vjp/vmap_of_jvp, the cotangents/tangents). Ids read

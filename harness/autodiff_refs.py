@@ -18,8 +18,9 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from autograd_function_db.entry import GRADIENT_CUSTOM, Entry
+from autograd_function_db.entry import GRADIENT_CUSTOM, Entry, Tolerances
 
+from . import dtype_tolerance
 from . import finite_diff as fd
 from .batching import (
     as_tuple,
@@ -112,6 +113,14 @@ class Findings:
     failed: list[str] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
+    #: Low-precision results against float64 references use the dtype rule
+    #: (``harness.dtype_tolerance``); set by ``Findings.derived``.
+    derive: bool = False
+    amplification: float = 1.0
+    #: Set when the finite differences ran in the call's own low dtype (random Functions).
+    reference_step: float | None = None
+    #: The entry's own declared tolerances, kept as a floor (None: the defaults).
+    floor: tuple[float, float] | None = None
 
     def hint(self, text: str) -> None:
         if text not in self.hints:
@@ -127,6 +136,36 @@ class Findings:
     def of(cls, ctx: CaseContext) -> Findings:
         rtol, atol = ctx.tolerances
         return cls(rtol, atol)
+
+    @classmethod
+    def derived(cls, ctx: CaseContext, view: DiffView) -> Findings:
+        """Findings whose low-precision comparisons with float64 references follow the dtype
+        rule (precision and size of the values), see ``harness.dtype_tolerance``."""
+        found = cls.of(ctx)
+        found.derive = True
+        found.amplification = dtype_tolerance.amplification(
+            view.primals(), [view.outputs[j] for j in view.outs]
+        )
+        if view.same_dtype_fd:
+            found.reference_step = fd.base_step([view.outputs[j] for j in view.outs])
+        declared = ctx.entry.tolerances.for_dtype(ctx.dtype)
+        if declared != Tolerances().for_dtype(ctx.dtype):
+            found.floor = declared
+        return found
+
+    def tolerances_for(self, actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+        """(rtol, atol) for one comparison: the dtype rule where it applies, else the entry's."""
+        if not (self.derive and dtype_tolerance.applies(actual.dtype, expected.dtype)):
+            return self.rtol, self.atol
+        rtol, atol = dtype_tolerance.tolerances(
+            actual,
+            expected,
+            amplification=self.amplification,
+            reference_step=self.reference_step,
+        )
+        if self.floor is not None:
+            rtol, atol = max(rtol, self.floor[0]), max(atol, self.floor[1])
+        return rtol, atol
 
     def add(self, message: str | None) -> None:
         if message:
@@ -146,11 +185,12 @@ class Findings:
         if dtype is not None and actual.dtype != dtype:
             self.add(f"{label}: dtype {actual.dtype}, expected {dtype}")
             return False
+        rtol, atol = self.tolerances_for(actual, expected)
         msg = compare_tensors(
             actual.detach(),
             expected.detach().to(actual.device),
-            rtol=self.rtol,
-            atol=self.atol,
+            rtol=rtol,
+            atol=atol,
             label=label,
             check_dtype=False,
         )
@@ -204,10 +244,15 @@ TANGENT_WHY = "jvp must not modify the tangent of an input it does not modify"
 
 
 def restricted(
-    entry: Entry, base: Sequence[Any], inputs: Sequence[int], outputs: Sequence[int]
+    entry: Entry,
+    base: Sequence[Any],
+    inputs: Sequence[int],
+    outputs: Sequence[int],
+    cast_to: Sequence[Any] | None = None,
 ) -> Callable[..., tuple[Any, ...]]:
     """The Function as a function of the arguments at ``inputs`` (others fixed to ``base``),
-    returning the outputs at ``outputs``. In-place arguments are cloned before the call."""
+    returning the outputs at ``outputs``. In-place arguments are cloned before the call.
+    ``cast_to`` (one dtype or None per argument) casts tensor arguments before the call."""
     inplace = set(entry.caps.inplace_args)
     base = tuple(base)
 
@@ -215,6 +260,11 @@ def restricted(
         call = list(base)
         for i, x in zip(inputs, xs):
             call[i] = x
+        if cast_to is not None:
+            call = [
+                c.to(d) if d is not None and isinstance(c, torch.Tensor) else c
+                for c, d in zip(call, cast_to)
+            ]
         call = [
             c.clone() if k in inplace and isinstance(c, torch.Tensor) else c
             for k, c in enumerate(call)
@@ -265,15 +315,50 @@ class DiffView:
     def args64(self) -> tuple[Any, ...]:
         return tuple(fd.upcast(a) for a in self.args)
 
+    @property
+    def same_dtype_fd(self) -> bool:
+        """A random Function draws in its input's dtype, so its finite differences must run
+        in the call's dtype (with the same RNG state) to see the same draw."""
+        return self.entry.caps.randomness and any(
+            isinstance(a, torch.Tensor)
+            and fd.is_differentiable_dtype(a)
+            and a.dtype not in (torch.float64, torch.complex128)
+            for a in self.args
+        )
+
+    def call_dtypes(self) -> list[Any] | None:
+        """The dtypes FD evaluations cast back to (None: evaluate in float64)."""
+        if not self.same_dtype_fd:
+            return None
+        return [a.dtype if fd.is_differentiable_dtype(a) else None for a in self.args]
+
+    def fd_fn(
+        self, base64: Sequence[Any], inputs: Sequence[int], outputs: Sequence[int]
+    ) -> Callable[..., tuple[Any, ...]]:
+        """The function finite differences evaluate: float64 primals in; for a random
+        Function cast back to the call's dtype, so every evaluation sees the call's draw."""
+        return restricted(self.entry, base64, inputs, outputs, self.call_dtypes())
+
     def columns(self) -> int:
         return sum(self.args[i].numel() for i in self.diff)
+
+    @property
+    def is_complex(self) -> bool:
+        """Complex inputs or outputs: references use complex tangents and cotangents
+        (torch's conjugate Wirtinger convention: the real adjoint of the map on C = R^2)."""
+        return any(self.args[i].is_complex() for i in self.diff) or any(
+            self.outputs[j].is_complex() for j in self.outs
+        )
 
 
 def diff_view(ctx: CaseContext) -> DiffView:
     entry = ctx.entry
     args = ctx.slices.args()
-    if any(isinstance(a, torch.Tensor) and a.is_complex() for a in args):
-        raise Unsupported("complex inputs: the autodiff checks cover real dtypes only")
+    if is_custom(entry) and any(isinstance(a, torch.Tensor) and a.is_complex() for a in args):
+        raise Unsupported(
+            "complex inputs with gradient=custom: the custom-gradient references cover real "
+            "dtypes only"
+        )
     diff = tuple(i for i, a in enumerate(args) if fd.is_differentiable_dtype(a))
     if not diff:
         raise Unsupported("no floating-point tensor argument: nothing to differentiate")
@@ -298,9 +383,14 @@ def diff_view(ctx: CaseContext) -> DiffView:
 
 
 def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Standard normal tensors shaped and typed like ``likes`` (drawn in float64)."""
+    """Standard normal tensors shaped and typed like ``likes`` (drawn in float64; complex
+    ones get a random imaginary part too, so a forgotten conjugate shows)."""
     return [
-        torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype).to(t.device)
+        torch.randn(
+            t.shape, generator=gen, dtype=torch.complex128 if t.is_complex() else torch.float64
+        )
+        .to(t.dtype)
+        .to(t.device)
         for t in likes
     ]
 
@@ -500,6 +590,11 @@ def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torc
     require_jacobian_budget(view, "the reference")
     if is_custom(view.entry):
         return eager_jacobian(view), EAGER_CUSTOM_REFERENCE
+    return fd_jacobian(ctx, view), fd.FD_REFERENCE
+
+
+def fd_jacobian(ctx: CaseContext, view: DiffView) -> list[list[torch.Tensor]]:
+    """The finite-difference Jacobian of the view (cached per sample)."""
     key: Any = (
         view.entry,
         ctx.sample_index,
@@ -512,12 +607,12 @@ def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torc
     except TypeError:  # an entry with unhashable fields
         key, cached = None, None
     if cached is not None:
-        return cached, fd.FD_REFERENCE
+        return cached
     args64 = view.args64()
     blocks = attempt(
         "finite differences (reference, float64 forward)",
         fd.jacobian,
-        restricted(view.entry, args64, view.diff, view.outs),
+        view.fd_fn(args64, view.diff, view.outs),
         view.primals(args64),
         step=view.entry.tolerances.fd_step,
     )
@@ -525,7 +620,7 @@ def reference_jacobian(ctx: CaseContext, view: DiffView) -> tuple[list[list[torc
         if len(_JACOBIAN_CACHE) >= _JACOBIAN_CACHE_SIZE:
             _JACOBIAN_CACHE.pop(next(iter(_JACOBIAN_CACHE)))
         _JACOBIAN_CACHE[key] = blocks
-    return blocks, fd.FD_REFERENCE
+    return blocks
 
 
 def _subsets(items: Sequence[int], word: str, plural: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -544,6 +639,20 @@ def _identity_problems(
     columns: int,
 ) -> None:
     """<t, J^T c> from the Function vs <J t, c> from finite differences, per direction."""
+    rtol, atol = findings.rtol, findings.atol
+    low = [g for g in grads if isinstance(g, torch.Tensor)]
+    if findings.derive and low and dtype_tolerance.applies(low[0].dtype, torch.float64):
+        # the dtype rule on a scalar: the scale of the sum is the size of the values
+        factor = dtype_tolerance.factor(low[0].dtype, reference_step=findings.reference_step)
+        cap = dtype_tolerance.MARGIN * dtype_tolerance.MAX_RELATIVE
+        rtol, atol = min(factor * findings.amplification, cap), 0.0
+        if findings.floor is not None:
+            rtol, atol = max(rtol, findings.floor[0]), max(atol, findings.floor[1])
+    why = (
+        f"{columns} Jacobian columns > {FULL_JACOBIAN_MAX}"
+        if columns > FULL_JACOBIAN_MAX
+        else "complex tensors, with the real inner product <a, b> = Re sum conj(a) b"
+    )
     for k, (t, r) in enumerate(zip(directions, rhs)):
         if not math.isfinite(r):
             raise NonFiniteSample(
@@ -554,12 +663,11 @@ def _identity_problems(
         lhs = fd.dot(t, grads)
         err = abs(lhs - r)
         scale = max(fd.abs_dot(t, grads), abs(r))
-        bound = findings.atol * sum(float(x.abs().sum()) for x in t) + findings.rtol * scale
+        bound = atol * sum(float(x.abs().sum()) for x in t) + rtol * scale
         if not err <= bound:
             findings.add(
                 f"{label}: <t, J^T c> from the Function's vjp = {lhs:.6g}, <J t, c> from "
                 f"{fd.FD_REFERENCE} (reference) = {r:.6g} for random direction t #{k}: "
                 f"abs error {err:.3g}{f', rel error {err / abs(r):.3g}' if r else ''}; "
-                f"rtol={findings.rtol:g}, atol={findings.atol:g} (identity check: "
-                f"{columns} Jacobian columns > {FULL_JACOBIAN_MAX})"
+                f"rtol={rtol:g}, atol={atol:g} (identity check: {why})"
             )

@@ -18,7 +18,7 @@ import torch
 from autograd_function_db.entry import VMAP_NONE, Entry, Sample
 
 from .batching import ArgLayout, Plan, SliceSource, derive_seed
-from .options import Options
+from .options import Options, sample_dtype
 
 
 class CheckFailure(AssertionError):
@@ -55,8 +55,16 @@ class CaseContext:
     vmap_randomness: str = "error"
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the case computes in: the run's, or (samples' own) the sample's least
+        precise floating dtype."""
+        if self.options.dtype is not None:
+            return self.options.dtype
+        return sample_dtype(self.sample.args) or torch.float64
+
+    @property
     def tolerances(self) -> tuple[float, float]:
-        return self.entry.tolerances.for_dtype(self.options.dtype)
+        return self.entry.tolerances.for_dtype(self.dtype)
 
     def generator(self, *extra: object) -> torch.Generator:
         """A generator seeded from the run seed and the case id (tangents, cotangents)."""

@@ -111,7 +111,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         for c in checks:
             if c not in known:
                 raise CliError(f"unknown check {c!r}; known checks: {', '.join(known)}")
-    if args.dtype not in DTYPES:
+    if args.dtype is not None and args.dtype not in DTYPES:
         raise CliError(f"unknown dtype {args.dtype!r}; use one of {', '.join(DTYPES)}")
     if args.device != "cpu":
         try:
@@ -123,7 +123,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     opts = Options(
         checks=checks,
         seed=args.seed,
-        dtype=DTYPES[args.dtype],
+        dtype=DTYPES[args.dtype] if args.dtype is not None else None,
         device=args.device,
         plan_cap=args.plan_cap,
         timeout_s=args.timeout,

@@ -24,7 +24,7 @@ from .cli import (
     options_from_args,
     worker_count,
 )
-from .options import DTYPES, Options
+from .options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from .results import STATUSES, RunResult
 from .textsafe import visible
 
@@ -95,7 +95,12 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="rewrite --expectations FILE from this run (new failures get a reason placeholder)",
     )
-    p.set_defaults(func=cmd_check, isolate=True)
+    # A user's samples keep their own dtypes unless --dtype is given.
+    p.set_defaults(func=cmd_check, isolate=True, dtype=None)
+    for action in p._actions:
+        if action.dest == "dtype":
+            action.help = f"cast floating samples to one of {', '.join(DTYPES)} (default: keep "
+            action.help += "the samples' own dtypes)"
 
     r = sub.add_parser(
         "repro",
@@ -112,7 +117,11 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--report", help="take TARGET, seed, dtype and batch sizes from a JSON report")
     _add_target_options(r)
     r.add_argument("--seed", type=int, default=None)
-    r.add_argument("--dtype", default=None, help=f"one of {', '.join(DTYPES)}")
+    r.add_argument(
+        "--dtype",
+        default=None,
+        help=f"one of {', '.join(DTYPES)}, or {SAMPLE_DTYPES} (the samples' own dtypes)",
+    )
     r.add_argument("--device", default=None)
     r.add_argument("--batch-size")
     r.add_argument("--nested-batch-sizes")
@@ -298,7 +307,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     md: dict[str, Any] = _report_settings(args.report) if args.report else {}
     options = Options(
         seed=md.get("seed", 0),
-        dtype=DTYPES[md.get("dtype", "float32")],
+        dtype=parse_dtype(md.get("dtype", "float32")),
         device=md.get("device", "cpu"),
     )
     if md.get("plan_cap"):
@@ -306,9 +315,12 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if args.seed is not None:
         options = options.replace(seed=args.seed)
     if args.dtype is not None:
-        if args.dtype not in DTYPES:
-            raise CliError(f"unknown dtype {args.dtype!r}; use one of {', '.join(DTYPES)}")
-        options = options.replace(dtype=DTYPES[args.dtype])
+        if args.dtype not in DTYPES and args.dtype != SAMPLE_DTYPES:
+            raise CliError(
+                f"unknown dtype {args.dtype!r}; use one of {', '.join(DTYPES)} or "
+                f"{SAMPLE_DTYPES} (the samples' own)"
+            )
+        options = options.replace(dtype=parse_dtype(args.dtype))
     if args.device:
         options = options.replace(device=args.device)
     if args.plan_cap:

@@ -75,9 +75,14 @@ def base_step(outputs: Sequence[Any], override: float | None = None) -> float:
     return max(steps, default=BASE_STEP[torch.float64])
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """float64, or complex128 for a complex tensor."""
+    return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
+
+
 def _eval(fn: Fn, primals: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad():
-        return [o.detach().to(torch.float64) for o in fn(*primals)]
+        return [_wide(o) for o in fn(*primals)]
 
 
 def _inf_norm(ts: Sequence[torch.Tensor | None]) -> float:
@@ -106,9 +111,11 @@ def directional(
 
     ``primals`` must already be float64 (see ``upcast``); a ``None`` tangent
     means that input is held fixed. Returns one float64 tensor per output.
+    Complex primals take complex tangents and complex outputs give complex
+    derivatives: ``J t`` of the map on C = R^2 (what torch's forward mode computes).
     """
     primals = list(primals)
-    tangents = [None if t is None else t.detach().to(torch.float64) for t in tangents]
+    tangents = [None if t is None else _wide(t) for t in tangents]
     outputs = _eval(fn, primals)
     tmax = _inf_norm(tangents)
     if tmax == 0.0:
@@ -134,6 +141,8 @@ def jacobian(
     """
     primals = list(primals)
     wrt = list(range(len(primals))) if wrt is None else list(wrt)
+    if any(primals[i].is_complex() for i in wrt):
+        raise ValueError("jacobian: complex inputs need two columns per element; use directional")
     with torch.no_grad():
         ref_out = list(fn(*primals))
     outputs = [o.detach().to(torch.float64) for o in ref_out]
@@ -197,12 +206,18 @@ def vjp_from_jacobian(
 
 
 def dot(a: Sequence[torch.Tensor | None], b: Sequence[torch.Tensor | None]) -> float:
-    """``sum_k <a_k, b_k>`` in float64 (``None`` counts as zero)."""
+    """``sum_k <a_k, b_k>`` in float64 (``None`` counts as zero); for complex tensors the
+    real inner product ``Re sum conj(a) b`` of C = R^2, under which torch's vjp (conjugate
+    Wirtinger convention) is the adjoint of its jvp."""
     total = 0.0
     for x, y in zip(a, b):
         if x is None or y is None:
             continue
-        total += float((x.detach().to(torch.float64) * y.detach().to(torch.float64)).sum())
+        xw, yw = _wide(x), _wide(y)
+        if xw.is_complex() or yw.is_complex():
+            total += float((xw.conj() * yw).sum().real)
+        else:
+            total += float((xw * yw).sum())
     return total
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .options import Options
+from .options import Options, dtype_name
 
 SUITE_VERSION = "0.1.0"
 
@@ -62,7 +62,7 @@ def run_metadata(
         "python": platform.python_version(),
         "platform": platform.platform(),
         "device": options.device,
-        "dtype": str(options.dtype).replace("torch.", ""),
+        "dtype": dtype_name(options.dtype),
         "seed": options.seed,
         "batch_sizes": list(options.batch_sizes),
         "nested_batch_sizes": list(options.nested_batch_sizes),

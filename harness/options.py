@@ -17,6 +17,43 @@ DTYPES = {
     "complex128": torch.complex128,
 }
 
+#: How reports name ``Options.dtype=None``: every sample keeps its own dtypes.
+SAMPLE_DTYPES = "samples"
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """``float32`` for torch.float32; ``samples`` for None (the samples' own dtypes)."""
+    return SAMPLE_DTYPES if dtype is None else str(dtype).replace("torch.", "")
+
+
+def parse_dtype(name: str | None) -> torch.dtype | None:
+    """The inverse of ``dtype_name`` (KeyError for an unknown name)."""
+    return None if name in (None, SAMPLE_DTYPES) else DTYPES[name]
+
+
+def sample_dtype_name(args: Any) -> str:
+    """The floating/complex dtypes of a sample's tensors, e.g. ``float64`` or ``float32+float64``."""
+    names = sorted(
+        {
+            dtype_name(a.dtype)
+            for a in args
+            if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
+        }
+    )
+    return "+".join(names) if names else "none"
+
+
+def sample_dtype(args: Any) -> torch.dtype | None:
+    """The least precise floating/complex dtype among a sample's tensors (None: none)."""
+    dts = [
+        a.dtype
+        for a in args
+        if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
+    ]
+    if not dts:
+        return None
+    return max(dts, key=lambda d: torch.finfo(d).eps)
+
 
 @dataclass(frozen=True)
 class Options:
@@ -25,7 +62,9 @@ class Options:
     nested_batch_sizes: tuple[int, ...] = (2, 3)
     chunk: tuple[int, int] = (3, 2)  # (batch size, chunk size)
     seed: int = 0
-    dtype: torch.dtype = torch.float32
+    #: None: every sample keeps its own dtypes (``afdb check``'s default); else floating
+    #: (complex) sample tensors are cast to it.
+    dtype: torch.dtype | None = torch.float32
     device: str = "cpu"
     plan_cap: int = 16
     timeout_s: float | None = None
@@ -50,7 +89,7 @@ class Options:
             "nested_batch_sizes": list(self.nested_batch_sizes),
             "chunk": list(self.chunk),
             "seed": self.seed,
-            "dtype": str(self.dtype).replace("torch.", ""),
+            "dtype": dtype_name(self.dtype),
             "device": self.device,
             "plan_cap": self.plan_cap,
             "timeout_s": self.timeout_s,
@@ -67,7 +106,7 @@ class Options:
             nested_batch_sizes=tuple(d.get("nested_batch_sizes", (2, 3))),
             chunk=tuple(d.get("chunk", (3, 2))),  # type: ignore[arg-type]
             seed=int(d.get("seed", 0)),
-            dtype=DTYPES[d.get("dtype", "float32")],
+            dtype=parse_dtype(d.get("dtype", "float32")),
             device=d.get("device", "cpu"),
             plan_cap=int(d.get("plan_cap", 16)),
             timeout_s=d.get("timeout_s"),

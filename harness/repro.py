@@ -157,8 +157,9 @@ def cast(args):
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            same_kind = (a.is_floating_point() and DTYPE.is_floating_point) or (
-                a.is_complex() and DTYPE.is_complex
+            same_kind = DTYPE is not None and (
+                (a.is_floating_point() and DTYPE.is_floating_point)
+                or (a.is_complex() and DTYPE.is_complex)
             )
             if same_kind and a.dtype != DTYPE:
                 a = a.to(DTYPE)
@@ -517,17 +518,108 @@ def randn_like_all(ts, salt):
     return [torch.randn(t.shape, generator=gen, dtype=torch.float64) for t in ts]
 
 
-def first_order_vjp(f, cts):
-    def g(*xs):
-        _, pullback = torch.func.vjp(f, *xs)
-        return tuple(pullback(tuple(cts)))
+def func_vjp(f, n):
+    """G(x..., c...) = J(x)^T c through torch.func (what the second-order checks transform)."""
+
+    def g(*xc):
+        _, pullback = torch.func.vjp(f, *xc[:n])
+        return tuple(pullback(tuple(xc[n:])))
 
     return g
 
 
+def eager_vjp(f, n, create_graph=False):
+    """g(x..., c...) = J(x)^T c through the Function's eager backward (torch.autograd.grad)."""
+
+    def g(*xc):
+        with torch.enable_grad():
+            xs = [x if create_graph else x.detach().requires_grad_(True) for x in xc[:n]]
+            outs = f(*xs)
+            grads = torch.autograd.grad(outs, xs, xc[n:], allow_unused=True,
+                                        materialize_grads=True, create_graph=create_graph)
+        return tuple(grads) if create_graph else tuple(gr.detach() for gr in grads)
+
+    return g
+
+
+def check_second_order(f, xs):
+    """The suite's second-order references: finite differences (float64) of the eager
+    first-order vjp (gradient="derivative"), or plain eager autograd's double backward and
+    forward-over-reverse of the same Function (gradient="custom")."""
+    n = len(xs)
+    cs = randn_like_all(f(*xs), "cotangents")
+    primals = [*xs, *cs]
+    G = func_vjp(f, n)
+    if CHECK == "jvp_of_vjp":
+        ts = randn_like_all(primals, "tangents")
+        _, actual = torch.func.jvp(G, tuple(primals), tuple(ts))
+        if GRADIENT == "custom":
+            import torch.autograd.forward_ad as fwAD
+
+            with fwAD.dual_level(), torch.enable_grad():
+                leaves = [x.detach().clone().requires_grad_(True) for x in xs]
+                duals = [fwAD.make_dual(x, t) for x, t in zip(leaves, ts[:n])]
+                cots = [fwAD.make_dual(c, t) for c, t in zip(cs, ts[n:])]
+                grads = torch.autograd.grad(f(*duals), leaves, cots, allow_unused=True,
+                                            materialize_grads=True)
+                expected = tuple(fwAD.unpack_dual(gr).tangent for gr in grads)
+            label = "torch.func.jvp of torch.func.vjp vs eager forward-over-reverse"
+            return compare(label, as_tuple(actual), expected)
+        g = eager_vjp(f, n)
+        eps = 1e-6
+        hi = g(*[p + eps * t for p, t in zip(primals, ts)])
+        lo = g(*[p - eps * t for p, t in zip(primals, ts)])
+        expected = tuple((a - b) / (2 * eps) for a, b in zip(hi, lo))
+        label = "torch.func.jvp of torch.func.vjp vs finite differences of the eager vjp"
+        return compare(label, as_tuple(actual), expected)
+    w = randn_like_all(xs, "outer cotangents")
+    _, pullback = torch.func.vjp(G, *primals)
+    actual = as_tuple(pullback(tuple(w)))
+    if GRADIENT == "custom":
+        with torch.enable_grad():
+            leaves = [p.detach().clone().requires_grad_(True) for p in primals]
+            first = eager_vjp(f, n, create_graph=True)(*leaves)
+            expected = torch.autograd.grad(first, leaves, w, allow_unused=True,
+                                           materialize_grads=True)
+        label = "torch.func.vjp of torch.func.vjp vs eager double backward (create_graph=True)"
+        return compare(label, actual, tuple(e.detach() for e in expected))
+    jac, outs = fd_jacobian(eager_vjp(f, n), primals)
+    expected = tuple(
+        sum((jac[i][j].T @ w[i].flatten() for i in range(len(outs)))).view_as(primals[j])
+        for j in range(len(primals))
+    )
+    label = "torch.func.vjp of torch.func.vjp vs finite differences of the eager vjp"
+    return compare(label, actual, expected)
+
+
+def backward_jacobian(f, xs):
+    """J[out][in] from the Function's eager backward, row by row (gradient="custom")."""
+    outs = [o.detach() for o in f(*xs)]
+    jac = [[torch.zeros(o.numel(), x.numel(), dtype=torch.float64) for x in xs] for o in outs]
+    for i, o in enumerate(outs):
+        for e in range(o.numel()):
+            cots = [torch.zeros_like(p) for p in outs]
+            cots[i].view(-1)[e] = 1
+            rows = eager_vjp(f, len(xs))(*xs, *cots)
+            for j, r in enumerate(rows):
+                jac[i][j][e] = r.double().flatten()
+    return jac, [o.double() for o in outs]
+
+
 def check_function(f, xs, kind):
-    """Compare torch.func's jvp / vjp / jacrev / jacfwd of f at xs with finite differences."""
-    jac, outs = fd_jacobian(f, xs)
+    """Compare torch.func's jvp / vjp / jacrev / jacfwd of f at xs with the suite's reference:
+    finite differences, or for gradient="custom" the eager backward's Jacobian (jvp and
+    jacfwd then pass when they match either)."""
+    if GRADIENT == "custom":
+        found = [check_against(f, xs, kind, backward_jacobian(f, xs))]
+        if kind in ("jvp", "jacfwd"):
+            found.append(check_against(f, xs, kind, fd_jacobian(f, xs)))
+        return [] if any(not p for p in found) else [p for ps in found for p in ps]
+    return check_against(f, xs, kind, fd_jacobian(f, xs))
+
+
+def check_against(f, xs, kind, reference):
+    jac, outs = reference
     if kind == "jvp":
         ts = randn_like_all(xs, "tangents")
         _, actual = torch.func.jvp(f, tuple(xs), tuple(ts))
@@ -564,9 +656,7 @@ def main():
     if CHECK in ("jvp", "vjp", "jacrev", "jacfwd"):
         return check_function(f, xs, CHECK)
     if CHECK in ("jvp_of_vjp", "vjp_of_vjp"):
-        outs = f(*xs)
-        g = first_order_vjp(f, randn_like_all(outs, "cotangents"))
-        return check_function(g, xs, "jvp" if CHECK == "jvp_of_vjp" else "vjp")
+        return check_second_order(f, xs)
     # vmap compositions: the transform of a batch vs a loop of per-slice transforms
     dims = LEVELS[0]["in_dims"][: len(args)]
     size = LEVELS[0]["batch_size"]
@@ -680,7 +770,8 @@ def generate(
     command: str = "",
 ) -> str:
     """The text of a standalone script that reproduces ``case``."""
-    rtol, atol = entry.tolerances.for_dtype(options.dtype)
+
+    rtol, atol = entry.tolerances.for_dtype(options.dtype or torch.float64)
     # The plan's own in_dims (tuples stay tuples, dicts dicts: vmap matches pytree types).
     levels = [
         {
@@ -700,9 +791,13 @@ def generate(
         f"Needs only torch and {module}; run it with `python THIS_FILE`.\n"
         "Exit status 1: the failure reproduced (printed below); 0: it did not.\n"
     )
-    dtype_name = str(options.dtype).replace("torch.", "")
-    if not isinstance(getattr(torch, dtype_name, None), torch.dtype):
-        raise ValueError(f"not a torch dtype: {options.dtype!r}")
+    if options.dtype is None:  # the samples keep their own dtypes
+        dtype_expr = "None"
+    else:
+        dtype_name = str(options.dtype).replace("torch.", "")
+        if not isinstance(getattr(torch, dtype_name, None), torch.dtype):
+            raise ValueError(f"not a torch dtype: {options.dtype!r}")
+        dtype_expr = f"getattr(torch, {_literal(dtype_name)})"
     header = f"""#!/usr/bin/env python
 {_literal(doc)}
 
@@ -720,10 +815,13 @@ CHECK = {_literal(str(case.check))}
 ENTRY_NAME = {_literal(str(entry.name))}
 SAMPLE_INDEX = {_literal(case.sample_index)}
 SEED = {_literal(options.seed)}
-DTYPE = getattr(torch, {_literal(dtype_name)})
+DTYPE = {dtype_expr}
 DEVICE = {_literal(str(options.device))}
 RTOL, ATOL = {_literal(float(rtol))}, {_literal(float(atol))}
 INPLACE_ARGS = {_literal(tuple(int(i) for i in entry.caps.inplace_args))}
+#: "derivative": references are finite differences; "custom": eager autograd of the
+#: same Function (its backward, its double backward), as the suite compares.
+GRADIENT = {_literal(str(entry.gradient))}
 #: One dict per vmap level, outermost first: batch size, in_dims per argument,
 #: out_dims ("mid": an interior position per output) and chunk_size.
 LEVELS = {_literal(levels)}

@@ -51,7 +51,7 @@ from .isolation import (
     time_limit,
     watch_user_interrupt,
 )
-from .options import Options
+from .options import Options, dtype_name, sample_dtype_name
 from .results import (
     ERROR,
     FAIL,
@@ -143,7 +143,7 @@ def enumerate_cases(data: EntryData) -> list[Case]:
     cases: list[Case] = []
     samples: tuple[Sample, ...] | None = None
     dtype_reason = ""
-    if entry.dtypes and options.dtype not in entry.dtypes:
+    if entry.dtypes and options.dtype is not None and options.dtype not in entry.dtypes:
         declared = ", ".join(str(d).replace("torch.", "") for d in entry.dtypes)
         dtype_reason = (
             f"the entry declares dtypes {declared}, not {str(options.dtype).replace('torch.', '')}"
@@ -183,8 +183,7 @@ def repro_command(case_id_: str, options: Options, target: object = None) -> str
     elif target:
         cmd += ["--target", str(target)]
     cmd += ["--seed", str(options.seed)]
-    if options.dtype is not None:
-        cmd += ["--dtype", str(options.dtype).replace("torch.", "")]
+    cmd += ["--dtype", dtype_name(options.dtype)]
     defaults = Options()
     if options.device != defaults.device:
         cmd += ["--device", options.device]
@@ -198,8 +197,13 @@ def repro_command(case_id_: str, options: Options, target: object = None) -> str
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def options_dtype(options: Options) -> str:
-    return str(options.dtype).replace("torch.", "")
+def options_dtype(options: Options, sample: Sample | Sequence[Sample] | None = None) -> str:
+    """The dtype a case runs at: the run's, or with samples' own dtypes the sample's (for a
+    case of no one sample, those of all the entry's samples)."""
+    if options.dtype is None and sample is not None:
+        samples = [sample] if isinstance(sample, Sample) else list(sample)
+        return sample_dtype_name([a for s in samples for a in s.args])
+    return dtype_name(options.dtype)
 
 
 def case_record(case: Case, status: str, message: str = "", **fields: Any) -> CaseResult:
@@ -257,6 +261,18 @@ def _raised(case: Case, e: BaseException) -> tuple[str, str]:
     return blamed(e, where)  # the suite's own bug is ``internal``, never the Function's
 
 
+def _sample_of(data: EntryData, case: Case) -> Sample | Sequence[Sample] | None:
+    """The case's base sample (all of them for an entry-level case) when they can be drawn,
+    for the dtype in its record."""
+    if data.options.dtype is not None:
+        return None
+    try:
+        samples = data.base_samples()
+        return samples if case.sample_index is None else samples[case.sample_index]
+    except Exception:
+        return None
+
+
 def run_case(
     data: EntryData, case: Case, *, target: object = None, watch_between: bool = False
 ) -> CaseResult:
@@ -268,7 +284,9 @@ def run_case(
     """
     options = data.options
     spec = get_check(case.check)
-    result = case_record(case, PASS, reference=spec.reference, dtype=options_dtype(options))
+    result = case_record(
+        case, PASS, reference=spec.reference, dtype=options_dtype(options, _sample_of(data, case))
+    )
     if case.unsupported:
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result

@@ -1,9 +1,18 @@
 """Second-order autodiff checks: ``vjp_of_vjp`` (double backward) and ``jvp_of_vjp``.
 
-``jvp_of_vjp`` is compared with the finite-difference derivative of the eager first-order
-vjp ``g(x, c) = J(x)^T c`` along the tangents. For ``vjp_of_vjp`` of a ``derivative``
-entry the symmetry of second derivatives makes the reference two directional differences;
-a ``custom`` entry gets the full FD Jacobian of ``g`` (or the identity when large).
+``derivative`` entries: ``jvp_of_vjp`` is compared with the finite-difference derivative
+of the eager first-order vjp ``g(x, c) = J(x)^T c`` along the tangents; for
+``vjp_of_vjp`` the symmetry of second derivatives makes the reference two directional
+differences. When the sample's first-order vjp already differs from finite differences,
+a second-order failure says it follows from that case.
+
+``custom`` entries (a first order that is deliberately not the derivative): never finite
+differences of the backward, since a saved output's dependence runs through the custom
+rule in one and the true derivative in the other. ``vjp_of_vjp`` is compared with plain
+eager autograd's double backward of the same Function (``torch.autograd.grad`` twice with
+``create_graph=True``); ``jvp_of_vjp`` passes when it matches either that double backward
+(``J_g t`` by the double-vjp trick) or eager forward-over-reverse (``forward_ad`` dual
+tensors through ``torch.autograd.grad``: the Function's own jvp for saved outputs).
 """
 
 from __future__ import annotations
@@ -12,13 +21,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from autograd_function_db.entry import Entry
 
 from . import finite_diff as fd
 from .autodiff_refs import (
     FULL_JACOBIAN_MAX,
-    IDENTITY_DIRECTIONS,
     SECOND_ORDER_REFERENCE,
     DiffView,
     Findings,
@@ -28,12 +37,22 @@ from .autodiff_refs import (
     diff_view,
     eager_protocol,
     eager_vjp,
+    fd_jacobian,
     is_custom,
     random_like,
     restricted,
 )
 from .checks import (
     CaseContext,
+)
+from .first_order import either_reference
+
+EAGER_DOUBLE_BACKWARD = (
+    "eager double backward (torch.autograd.grad twice with create_graph=True, gradient=custom)"
+)
+EAGER_FORWARD_OVER_REVERSE = (
+    "eager forward-over-reverse (torch.autograd.forward_ad over torch.autograd.grad, "
+    "gradient=custom)"
 )
 
 # --- second order ----------------------------------------------------------------------------
@@ -52,14 +71,20 @@ def first_order_vjp(view: DiffView, args: Sequence[Any]) -> Callable[..., tuple[
 
 
 def eager_first_order(view: DiffView, args: Sequence[Any]) -> Callable[..., tuple[Any, ...]]:
-    """g(x..., c...) through the Function's eager backward (for finite differences)."""
+    """g(x..., c...) through the Function's eager backward (for finite differences; a
+    random Function is evaluated in the call's dtype, so it sees the call's draw)."""
     n = len(view.diff)
+    dtypes = view.call_dtypes()
 
     def g(*xc: Any) -> tuple[Any, ...]:
         call = list(args)
         for i, x in zip(view.diff, xc[:n]):
             call[i] = x
-        return eager_vjp(view.entry, call, view.diff, view.outs, list(xc[n:]))
+        cots = list(xc[n:])
+        if dtypes is not None:
+            call = [c.to(d) if d is not None else c for c, d in zip(call, dtypes)]
+            cots = [c.to(view.outputs[j].dtype) for c, j in zip(cots, view.outs)]
+        return eager_vjp(view.entry, call, view.diff, view.outs, cots)
 
     return g
 
@@ -92,26 +117,166 @@ def _second_order_setup(
     return view, view.primals(), cots, names
 
 
+def eager_double_backward(
+    view: DiffView, primals: Sequence[torch.Tensor], w: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """d<g(x, c), w>/d(x, c) by plain eager autograd: ``torch.autograd.grad`` of the
+    first-order grads (taken with ``create_graph=True``), no torch.func involved."""
+    n = len(view.diff)
+    with torch.enable_grad():
+        leaves = [p.detach().clone().requires_grad_(True) for p in primals]
+        call = list(view.args)
+        for i, x in zip(view.diff, leaves):
+            call[i] = x
+        first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
+        pairs = [(g, t) for g, t in zip(first, w) if g.requires_grad]
+        if not pairs:
+            return tuple(torch.zeros_like(x) for x in leaves)
+        grads = torch.autograd.grad(
+            [g for g, _ in pairs],
+            leaves,
+            [t.clone() for _, t in pairs],
+            allow_unused=True,
+            materialize_grads=True,
+        )
+    return tuple(g.detach() for g in grads)
+
+
+def eager_double_backward_jvp(
+    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """``J_g t`` for g(x, c) = J(x)^T c by eager reverse mode only (the double-vjp trick:
+    ``u -> J_g^T u`` is linear in ``u``, and its vjp with ``t`` is ``J_g t``)."""
+    n = len(view.diff)
+    with torch.enable_grad():
+        leaves = [p.detach().clone().requires_grad_(True) for p in primals]
+        call = list(view.args)
+        for i, x in zip(view.diff, leaves):
+            call[i] = x
+        first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
+        us = [torch.zeros_like(g).requires_grad_(True) for g in first]
+        pairs = [(g, u) for g, u in zip(first, us) if g.requires_grad]
+        if not pairs:
+            return tuple(torch.zeros_like(g) for g in first)
+        vs = torch.autograd.grad(
+            [g for g, _ in pairs],
+            leaves,
+            [u for _, u in pairs],
+            allow_unused=True,
+            materialize_grads=True,
+            create_graph=True,
+        )
+        back = [(v, t) for v, t in zip(vs, tangents) if v.requires_grad]
+        if not back:
+            return tuple(torch.zeros_like(g) for g in first)
+        out = torch.autograd.grad(
+            [v for v, _ in back],
+            us,
+            [t.detach().clone() for _, t in back],
+            allow_unused=True,
+            materialize_grads=True,
+        )
+    return tuple(o.detach() for o in out)
+
+
+def eager_forward_over_reverse(
+    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """``J_g t`` by eager forward-mode AD (dual tensors) through ``torch.autograd.grad``:
+    the Function's own jvp gives the tangents of what it saved, as under torch.func."""
+    n = len(view.diff)
+    with fwAD.dual_level(), torch.enable_grad():
+        leaves = [p.detach().clone().requires_grad_(True) for p in primals[:n]]
+        duals = [fwAD.make_dual(x, t.detach().clone()) for x, t in zip(leaves, tangents[:n])]
+        cots = [
+            fwAD.make_dual(c.detach().clone(), t.detach().clone())
+            for c, t in zip(primals[n:], tangents[n:])
+        ]
+        outs = restricted(view.entry, view.args, view.diff, view.outs)(*duals)
+        pairs = [
+            (o, c) for o, c in zip(outs, cots) if isinstance(o, torch.Tensor) and o.requires_grad
+        ]
+        if not pairs:
+            return tuple(torch.zeros_like(x) for x in leaves)
+        grads = torch.autograd.grad(
+            [o for o, _ in pairs],
+            leaves,
+            [c for _, c in pairs],
+            allow_unused=True,
+            materialize_grads=True,
+        )
+        result = []
+        for g in grads:
+            t = fwAD.unpack_dual(g).tangent
+            result.append(torch.zeros_like(g).detach() if t is None else t.detach().clone())
+    return tuple(result)
+
+
+def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.Tensor]) -> str:
+    """The id of this sample's first-order ``vjp`` case when the Function's eager backward
+    already differs from finite differences there (else ""): a second-order mismatch then
+    follows from it."""
+    findings = Findings.derived(ctx, view)
+    grads = attempt(
+        "eager backward", eager_vjp, view.entry, view.args, view.diff, view.outs, list(cots)
+    )
+    if view.columns() <= FULL_JACOBIAN_MAX and not view.is_complex:
+        expected = fd.vjp_from_jacobian(fd_jacobian(ctx, view), list(cots), view.input_shapes)
+        for i, a, e in zip(view.diff, grads, expected):
+            findings.compare(f"grad of input {i}", a, e)
+    else:
+        gen = ctx.generator("first-order directions")
+        direction = random_like(gen, view.primals())
+        args64 = view.args64()
+        jt = attempt(
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            view.fd_fn(args64, view.diff, view.outs),
+            view.primals(args64),
+            direction,
+            step=view.entry.tolerances.fd_step,
+        )
+        _identity_problems("vjp", findings, grads, [direction], [fd.dot(jt, cots)], view.columns())
+    if not findings.problems:
+        return ""
+    return f"{view.entry.name}/vjp/s{ctx.sample_index}"
+
+
+def _follows(findings: Findings, check: str, case: str) -> None:
+    """Replace a second-order mismatch by the first-order failure it follows from."""
+    detail = findings.problems[0]
+    findings.problems = [
+        f"{check}: follows from the first-order failure of {case} (the Function's backward "
+        "differs from finite differences (float64) there, so its derivative cannot match: fix "
+        f"the first order first); first second-order mismatch: {detail}"
+    ]
+    findings.failed, findings.passed = [], []
+
+
 def run_vjp_of_vjp(ctx: CaseContext) -> str:
     view, xs, cots, names = _second_order_setup(ctx)
     entry = ctx.entry
-    findings = Findings.of(ctx)
+    findings = Findings.derived(ctx, view)
     w = random_like(ctx.generator("outer cotangents"), xs)
     primals = [*xs, *cots]
-    # Reference: finite differences (float64) of the eager first-order vjp g(x, c) = J(x)^T c.
-    args64 = view.args64()
-    g64 = eager_first_order(view, args64)
-    p64 = [fd.upcast(p) for p in primals]
-    columns = sum(p.numel() for p in primals)
-    expected: list[torch.Tensor] | None = None
-    if not is_custom(entry):
+    custom = is_custom(entry)
+    ref_name = SECOND_ORDER_REFERENCE
+    if custom:
+        # gradient=custom: plain eager autograd's double backward of the same Function.
+        ref_name = EAGER_DOUBLE_BACKWARD
+        expected = list(
+            attempt(f"{EAGER_DOUBLE_BACKWARD} (reference)", eager_double_backward, view, primals, w)
+        )
+    else:
         # Second derivatives are symmetric, so d<J(x)^T c, w>/dx is the derivative of
         # g(., c) along w, and d<J(x)^T c, w>/dc = J w: two directional differences.
+        args64 = view.args64()
+        p64 = [fd.upcast(p) for p in primals]
         x64 = p64[: len(xs)]
         along_w = attempt(
             "finite differences of the eager vjp (reference)",
             fd.directional,
-            g64,
+            eager_first_order(view, args64),
             p64,
             [*w, *([None] * len(cots))],
             step=entry.tolerances.fd_step,
@@ -119,22 +284,12 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
         jw = attempt(
             "finite differences (reference, float64 forward)",
             fd.directional,
-            restricted(entry, args64, view.diff, view.outs),
+            view.fd_fn(args64, view.diff, view.outs),
             x64,
             w,
             step=entry.tolerances.fd_step,
         )
         expected = [*along_w, *jw]
-    elif columns <= FULL_JACOBIAN_MAX:
-        # gradient=custom: no symmetry to lean on, so the full Jacobian of g.
-        jac = attempt(
-            "finite differences of the eager vjp (reference)",
-            fd.jacobian,
-            g64,
-            p64,
-            step=entry.tolerances.fd_step,
-        )
-        expected = fd.vjp_from_jacobian(jac, w, [p.shape for p in primals])
 
     results: list[tuple[str, Sequence[Any]]] = []
     # torch.func: vjp of vjp
@@ -150,67 +305,32 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
     )
     results.append((label, attempt(label, vjp2, tuple(w_in))))
     watch.verify(label, findings, "backward must leave its inputs and grad_output unchanged")
-    # plain autograd: double backward with create_graph=True
-    label = (
-        "vjp_of_vjp (torch.autograd.grad with create_graph=True, the Function's double backward)"
-    )
-
-    def double_backward() -> tuple[torch.Tensor, ...]:
-        with torch.enable_grad():
-            leaves = [p.detach().clone().requires_grad_(True) for p in primals]
-            call = list(view.args)
-            for i, x in zip(view.diff, leaves):
-                call[i] = x
-            first = eager_vjp(
-                entry, call, view.diff, view.outs, leaves[len(xs) :], create_graph=True
-            )
-            pairs = [(g, t) for g, t in zip(first, w) if g.requires_grad]
-            if not pairs:
-                return tuple(torch.zeros_like(x) for x in leaves)
-            return torch.autograd.grad(
-                [g for g, _ in pairs],
-                leaves,
-                [t.clone() for _, t in pairs],
-                allow_unused=True,
-                materialize_grads=True,
-            )
-
-    results.append((label, attempt(label, double_backward)))
+    if not custom:
+        # plain autograd: double backward with create_graph=True, also against FD
+        label = (
+            "vjp_of_vjp (torch.autograd.grad with create_graph=True, the Function's double "
+            "backward)"
+        )
+        results.append((label, attempt(label, eager_double_backward, view, primals, w)))
 
     for label, actual in results:
-        if expected is not None:
-            for nm, a, e in zip(names, actual, expected):
-                findings.compare(
-                    f"{label}: d<vjp, w>/d {nm} vs {SECOND_ORDER_REFERENCE} (reference)", a, e
-                )
-            continue
-        gen = ctx.generator("directions", label)
-        directions = [random_like(gen, primals) for _ in range(IDENTITY_DIRECTIONS)]
-        rhs = []
-        for direction in directions:
-            jt = attempt(
-                "finite differences of the eager vjp (reference)",
-                fd.directional,
-                g64,
-                p64,
-                direction,
-                step=entry.tolerances.fd_step,
-            )
-            rhs.append(fd.dot(jt, w))
-        _identity_problems(label, findings, actual, directions, rhs, columns)
+        for nm, a, e in zip(names, actual, expected):
+            findings.compare(f"{label}: d<vjp, w>/d {nm} vs {ref_name} (reference)", a, e)
     hint = ""
     if findings.problems:
-        hint = _second_order_hint(
-            entry, results[0][1], expected if expected is not None else [torch.ones(1)]
-        )
+        case = "" if custom else first_order_failure(ctx, view, cots)
+        if case:
+            _follows(findings, "vjp_of_vjp", case)
+        else:
+            hint = _second_order_hint(entry, results[0][1], expected)
     findings.raise_if_any(hint)
-    return SECOND_ORDER_REFERENCE
+    return ref_name
 
 
 def run_jvp_of_vjp(ctx: CaseContext) -> str:
     view, xs, cots, names = _second_order_setup(ctx)
     entry = ctx.entry
-    findings = Findings.of(ctx)
+    findings = Findings.derived(ctx, view)
     primals = [*xs, *cots]
     tangents = random_like(ctx.generator("tangents"), primals)
     label = "jvp_of_vjp (torch.func.jvp of torch.func.vjp, forward-over-reverse)"
@@ -221,6 +341,30 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
     g = first_order_vjp(view, view.args)
     _, actual = attempt(label, torch.func.jvp, g, tuple(primals), tuple(tangents))
     watch.verify(label, findings, "inputs, cotangents and tangents must be left unchanged")
+    if is_custom(entry):
+        by_name: dict[str, Findings] = {}
+        for ref_name, reference in (
+            (EAGER_DOUBLE_BACKWARD, eager_double_backward_jvp),
+            (EAGER_FORWARD_OVER_REVERSE, eager_forward_over_reverse),
+        ):
+            found = by_name[ref_name] = Findings.derived(ctx, view)
+            expected = attempt(f"{ref_name} (reference)", reference, view, primals, tangents)
+            for i, a, e in zip(view.diff, actual, expected):
+                found.compare(
+                    f"{label}: tangent of the grad of input {i} vs {ref_name} (reference)", a, e
+                )
+        return either_reference(
+            ctx,
+            "jvp_of_vjp",
+            by_name,
+            findings,
+            what="torch.func's forward-over-reverse",
+            why={},
+            neither=(
+                "gradient=custom: torch.func's forward-over-reverse matches neither eager "
+                "autograd's double backward nor eager forward-over-reverse of the same Function"
+            ),
+        )
     args64 = view.args64()
     expected = attempt(
         "finite differences of the eager vjp (reference)",
@@ -236,6 +380,12 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
             a,
             e,
         )
-    hint = _second_order_hint(entry, actual, expected) if findings.problems else ""
+    hint = ""
+    if findings.problems:
+        case = first_order_failure(ctx, view, cots)
+        if case:
+            _follows(findings, "jvp_of_vjp", case)
+        else:
+            hint = _second_order_hint(entry, actual, expected)
     findings.raise_if_any(hint)
     return SECOND_ORDER_REFERENCE

@@ -219,7 +219,7 @@ def hazard_free_options(entries: Iterable[Entry], options: Options) -> Options:
     the choice recorded in ``batch_size_note``; every sample is then proven hazard-free
     at those sizes (``validate_entry``), so a misplaced batch dim still fails loudly."""
     entries = list(entries)
-    used = used_dims(entries, options.dtype)
+    used = used_dims(entries, options.dtype or torch.float64)
     if not used & set(options.hazard_sizes()):
         return options
     first, second = safe_batch_sizes(used, 2)
