@@ -23,7 +23,7 @@ from .options import DTYPES, Options
 from .results import CaseResult, RunResult
 
 #: Modules that contribute subcommands (each defines ``add_parsers(subparsers)``).
-COMMAND_MODULES = ("cli_report", "cli_check")
+COMMAND_MODULES = ("cli_report", "cli_check", "cli_certify")
 
 
 class CliError(UsageError):
@@ -352,6 +352,7 @@ def execute(
                 progress=progress,
                 expectations=getattr(args, "expectations", None),
                 collect=cases,
+                backend=getattr(args, "backend_spec", None),
             )
         except KeyboardInterrupt:
             interrupted = True

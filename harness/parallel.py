@@ -118,6 +118,7 @@ def run_parallel(
     expectations: str | None = None,
     keep: bool = False,
     collect: list[CaseResult] | None = None,
+    backend: dict[str, Any] | None = None,
 ) -> list[CaseResult]:
     """Run every case in pytest-xdist workers; results in case order, one per case.
 
@@ -148,6 +149,7 @@ def run_parallel(
             "repro_target": target.to_dict() if hasattr(target, "to_dict") else None,
             "expectations": os.path.abspath(expectations) if expectations else None,
             "results_dir": folder,
+            "backend": backend,  # afdb certify: the workers adapt the entries to it
         }
         config_path = os.path.join(folder, "config.json")
         with open(config_path, "w") as f:
