@@ -300,7 +300,7 @@ class _Program:
         def draw(likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             shape = (b,) if batched else ()
             return [
-                torch.randn(*shape, *t.shape, generator=gen, dtype=torch.float64).to(t.dtype)
+                torch.randn((*shape, *t.shape), generator=gen, dtype=torch.float64).to(t.dtype)
                 for t in likes
             ]
 

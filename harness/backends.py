@@ -321,6 +321,50 @@ def adapt_entry(entry: Entry, backend: Backend) -> BackendEntry:
     return BackendEntry(**fields, backend=backend, plain=entry)
 
 
+# --- what torch cannot do on a backend -----------------------------------------------------
+
+#: Fragments of torch's own error messages that say torch (not the Function) cannot run
+#: something on a tensor subclass or a device; an ``error`` case whose message carries
+#: one becomes ``unsupported`` with torch's words.
+SUBCLASS_LIMITS = (
+    ".numpy() is not supported for tensor subclasses",
+    "Cannot access data pointer of Tensor",
+    "Cannot access storage of",
+    "is not supported for tensor subclasses",
+    "doesn't support tensor subclasses",
+    "does not support tensor subclasses",
+)
+DEVICE_LIMITS = (
+    "Could not run '",
+    "is not currently implemented for the",
+    "not implemented for '",
+    "Cannot convert a MPS Tensor to float64",
+)
+
+
+def torch_limit(backend: Backend, message: str) -> str | None:
+    """The fragment of ``message`` naming a limit of torch on ``backend``, if any."""
+    limits = SUBCLASS_LIMITS if backend.kind == SUBCLASS else DEVICE_LIMITS
+    if backend.kind == COMPILE or (backend.kind == DEVICE and backend.name == "cpu"):
+        return None
+    return next((frag for frag in limits if frag in message), None)
+
+
+def reclassify(results: Iterable[Any], backend: Backend) -> int:
+    """Turn errors that are torch's limits on this backend into ``unsupported``; the count."""
+    from .results import ERROR, UNSUPPORTED
+
+    changed = 0
+    for r in results:
+        if r.status != ERROR or not torch_limit(backend, r.message):
+            continue
+        r.status = UNSUPPORTED
+        r.message = f"torch cannot run this on {backend.label}: {r.message}"
+        r.repro = ""
+        changed += 1
+    return changed
+
+
 # --- devices and the environment -----------------------------------------------------------
 
 
@@ -391,5 +435,7 @@ __all__ = [
     "cpu_name",
     "device_info",
     "import_modules",
+    "reclassify",
     "subclass_adapter",
+    "torch_limit",
 ]

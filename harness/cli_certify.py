@@ -213,9 +213,9 @@ def _relative(path: str) -> str:
 
 def certify(args: argparse.Namespace, backend: Any, *, quiet_summary: bool = False) -> tuple[dict[str, Any], Any]:
     """Run the certification described by ``args`` on ``backend``; (certificate, result)."""
-    from .backends import BackendEntry, import_modules
+    from .backends import BackendEntry, import_modules, reclassify
     from .certificate import build
-    from .cli import execute, options_from_args, select_entries
+    from .cli import execute, options_from_args, print_summary, select_entries
     from .sources import load_source, options_for_source
 
     imports = import_modules(backend.imports)
@@ -234,18 +234,25 @@ def certify(args: argparse.Namespace, backend: Any, *, quiet_summary: bool = Fal
         args.expectations = exp_path
         args.backend_spec = backend.spec()
         report_args = argparse.Namespace(**vars(args))
-        for flag in ("json", "markdown", "html"):
-            setattr(report_args, flag, None)  # those are the certificate's; --junit is the cases'
+        for flag in ("json", "markdown", "html", "junit"):
+            setattr(report_args, flag, None)  # the certificate's, written below
         result = execute(
             adapted,
             options,
             report_args,
             source=args.source,
             known_entries={e.name for e in everything},
-            summary=(lambda r: None) if quiet_summary else None,
+            summary=lambda r: None,
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    reclassify(result.cases, backend)
+    if not quiet_summary:
+        print_summary(result)
+    if getattr(args, "junit", None):
+        from .junit import write_junit
+
+        write_junit(result, args.junit)
     scope = {
         "source": args.source,
         "entries": list(args.names) if args.names else "all",
