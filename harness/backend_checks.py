@@ -342,10 +342,14 @@ class _Program:
         def vjp_of(*p: Any) -> Any:
             return fn.vjp(fr, *p)[1](cots)
 
+        def vjp_with_outputs(*p: Any) -> Any:  # the primal outputs too: a wrong forward shows
+            out, back = fn.vjp(fr, *p)
+            return out, back(cots)
+
         if t == "jvp":
             return (lambda *p: fn.jvp(fr, p, tuple(self.tangents))), tuple(self.primals)
         if t == "vjp":
-            return vjp_of, tuple(self.primals)
+            return vjp_with_outputs, tuple(self.primals)
         if t == "jacrev":
             return fn.jacrev(fr, argnums=tuple(range(n))), tuple(self.primals)
         if t == "jacfwd":
@@ -364,13 +368,15 @@ class _Program:
             vf = fn.vmap(fr, in_dims=(0,) * n)
 
             def grad_vmap(*p: Any) -> Any:
-                return fn.vjp(vf, *p)[1](cots)
+                out, back = fn.vjp(vf, *p)
+                return out, back(cots)
 
             return grad_vmap, bp
         if t == "vmap_of_vjp":
 
             def per_slice(*pc: Any) -> Any:
-                return fn.vjp(fr, *pc[:n])[1](tuple(pc[n:]))
+                out, back = fn.vjp(fr, *pc[:n])
+                return out, back(tuple(pc[n:]))
 
             return fn.vmap(per_slice), (*bp, *cots)
         if t == "vmap_of_jvp":
@@ -428,7 +434,15 @@ def run_compiled(ctx: CaseContext, transform: str, placement: str) -> str:
     if problems:
         raise CheckFailure("; ".join(problems))
     if graphs == 0:
-        ctx.notes.append(f"{what}: dynamo compiled no graph (everything ran in eager)")
+        # Nothing was compiled (torch runs a compiled function called under an eager
+        # torch.func transform in eager; a graph break everywhere does the same): a pass
+        # would certify eager, not the backend.
+        raise Unsupported(
+            f"{what}: dynamo compiled no graph, so the call ran in eager and says nothing "
+            f"about backend {backend.name!r}"
+            + (" (torch does not compile a function called inside an eager torch.func "
+               "transform)" if placement == "inside" else "")
+        )
     return f"{transform}(f) in eager"
 
 

@@ -51,14 +51,14 @@ class BackendError(UsageError):
 def import_modules(names: Sequence[str]) -> dict[str, str]:
     """Import each module (a PrivateUse1 device, a compile backend's registration) and
     return ``{module: version of its distribution or ''}`` for the certificate."""
+    from .targets import import_module
+
     loaded: dict[str, str] = {}
     for name in names:
         try:
-            module = importlib.import_module(name)
-        except Exception as e:
-            raise BackendError(
-                f"--import {name}: cannot import it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-            ) from None
+            module = import_module(name, f"--import {name}")
+        except UsageError as e:
+            raise BackendError(str(e)) from None
         loaded[name] = _module_version(name, module)
     return loaded
 
@@ -77,22 +77,15 @@ def _module_version(name: str, module: Any) -> str:
 
 
 def _resolve(spec: str, what: str) -> Any:
-    """``module:attr`` (attr may be dotted) as an object, or BackendError."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise BackendError(f"{what} {spec!r}: give module:Class, e.g. mypkg.tensors:MyTensor")
+    """``module:attr`` or ``path/to/file.py:attr`` as an object, or BackendError."""
+    from .targets import load_attr
+
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:
-        raise BackendError(
-            f"{what} {spec!r}: cannot import {module_name} ({type(e).__name__}: {e})"
-        ) from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise BackendError(f"{what} {spec!r}: {module_name} has no attribute {attr}") from None
-    return obj
+        return load_attr(spec, what)
+    except BackendError:
+        raise
+    except UsageError as e:
+        raise BackendError(str(e)) from None
 
 
 # --- the subclass wrapping convention ------------------------------------------------------
@@ -148,7 +141,9 @@ def subclass_adapter(spec: str) -> SubclassAdapter:
             "torch.Tensor; name the tensor subclass class, e.g. "
             "torch.testing._internal.two_tensor:TwoTensor"
         )
-    module = importlib.import_module(spec.partition(":")[0])
+    from .targets import import_module, split_spec
+
+    module = import_module(split_spec(spec, "--subclass")[0], "--subclass")
     wrap = getattr(module, "wrap", None)
     unwrap = getattr(module, "unwrap", None)
     if callable(wrap):
