@@ -343,7 +343,7 @@ class _Program:
             return fn.vjp(fr, *p)[1](cots)
 
         def vjp_with_outputs(*p: Any) -> Any:  # the primal outputs too: a wrong forward shows
-            out, back = fn.vjp(fr, *p)
+            out, back = fn.vjp(fr, *p)[:2]
             return out, back(cots)
 
         if t == "jvp":
@@ -359,7 +359,7 @@ class _Program:
         if t == "vjp_of_vjp":
 
             def second(*p: Any) -> Any:
-                out, back = fn.vjp(vjp_of, *p)
+                out, back = fn.vjp(vjp_of, *p)[:2]
                 return back(tuple(self.tangents2))
 
             return second, tuple(self.primals)
@@ -368,14 +368,14 @@ class _Program:
             vf = fn.vmap(fr, in_dims=(0,) * n)
 
             def grad_vmap(*p: Any) -> Any:
-                out, back = fn.vjp(vf, *p)
+                out, back = fn.vjp(vf, *p)[:2]
                 return out, back(cots)
 
             return grad_vmap, bp
         if t == "vmap_of_vjp":
 
             def per_slice(*pc: Any) -> Any:
-                out, back = fn.vjp(fr, *pc[:n])
+                out, back = fn.vjp(fr, *pc[:n])[:2]
                 return out, back(tuple(pc[n:]))
 
             return fn.vmap(per_slice), (*bp, *cots)
@@ -440,8 +440,11 @@ def run_compiled(ctx: CaseContext, transform: str, placement: str) -> str:
         raise Unsupported(
             f"{what}: dynamo compiled no graph, so the call ran in eager and says nothing "
             f"about backend {backend.name!r}"
-            + (" (torch does not compile a function called inside an eager torch.func "
-               "transform)" if placement == "inside" else "")
+            + (
+                " (torch does not compile a function called inside an eager torch.func transform)"
+                if placement == "inside"
+                else ""
+            )
         )
     return f"{transform}(f) in eager"
 

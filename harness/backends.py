@@ -178,12 +178,12 @@ def subclass_adapter(spec: str) -> SubclassAdapter:
 def _required_tensor_params(cls: type) -> int:
     """How many required positional parameters the constructor has beyond the first."""
     try:
-        sig = inspect.signature(cls.__new__ if "__new__" in vars(cls) else cls.__init__)
+        sig = inspect.signature(cls)
     except (TypeError, ValueError):
         return 0
     params = [
         p
-        for p in list(sig.parameters.values())[1:]  # cls / self
+        for p in sig.parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
     return max(0, len(params) - 1)

@@ -296,7 +296,9 @@ def to_markdown(cert: dict[str, Any], *, max_ids: int = 30) -> str:
             lines += [f"### {a['name']} ({len(a['non_conforming'])})", ""]
             for cid in a["non_conforming"][:max_ids]:
                 c = by_id[cid]
-                lines.append(f"- {code_span(cid)} **{c.status}**: {md_escape(clip(c.message, 400))}")
+                lines.append(
+                    f"- {code_span(cid)} **{c.status}**: {md_escape(clip(c.message, 400))}"
+                )
             if len(a["non_conforming"]) > max_ids:
                 lines.append(f"- ... {len(a['non_conforming']) - max_ids} more in the JSON")
             lines.append("")

@@ -24,7 +24,9 @@ from typing import Any
 from .api import UsageError
 
 #: Expectations for torch bugs that only a backend exposes: reports/expectations/backends/SLUG.json.
-BACKEND_EXPECTATIONS = Path(__file__).resolve().parent.parent / "reports" / "expectations" / "backends"
+BACKEND_EXPECTATIONS = (
+    Path(__file__).resolve().parent.parent / "reports" / "expectations" / "backends"
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -44,7 +46,11 @@ def add_parsers(sub: Any) -> None:
     add_common_options(p)
     p.set_defaults(device=None)
     p.add_argument("--subclass", metavar="MODULE:CLASS", help="a tensor-subclass backend")
-    p.add_argument("--compile", metavar="BACKEND", help="a torch.compile backend (eager, aot_eager, inductor, ...)")
+    p.add_argument(
+        "--compile",
+        metavar="BACKEND",
+        help="a torch.compile backend (eager, aot_eager, inductor, ...)",
+    )
     p.add_argument("--mode", help="torch.compile mode (with --compile)")
     p.add_argument(
         "--import",
@@ -54,7 +60,9 @@ def add_parsers(sub: Any) -> None:
         metavar="MODULE",
         help="import MODULE first (registers a PrivateUse1 device or a compile backend); repeatable",
     )
-    p.add_argument("--verify", metavar="CERT.json", help="re-run what a certificate covers and compare")
+    p.add_argument(
+        "--verify", metavar="CERT.json", help="re-run what a certificate covers and compare"
+    )
     p.add_argument("--source", default="afdb", help="entry source: afdb (default) or pytorch")
     p.add_argument(
         "--no-expectations", action="store_true", help="ignore the committed expectations files"
@@ -161,7 +169,9 @@ def area_notes(backend: Any) -> dict[str, str]:
     return {}
 
 
-def expectations_for(args: argparse.Namespace, backend: Any, folder: str) -> tuple[str | None, list[str]]:
+def expectations_for(
+    args: argparse.Namespace, backend: Any, folder: str
+) -> tuple[str | None, list[str]]:
     """The expectations file the run uses (merged from the committed ones) and its sources."""
     from . import expectations as ex
     from .sources import expectations_path
@@ -211,7 +221,9 @@ def _relative(path: str) -> str:
         return path
 
 
-def certify(args: argparse.Namespace, backend: Any, *, quiet_summary: bool = False) -> tuple[dict[str, Any], Any]:
+def certify(
+    args: argparse.Namespace, backend: Any, *, quiet_summary: bool = False
+) -> tuple[dict[str, Any], Any]:
     """Run the certification described by ``args`` on ``backend``; (certificate, result)."""
     from .backends import BackendEntry, import_modules, reclassify
     from .certificate import build
@@ -321,7 +333,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     cert = read_certificate(args.verify)
     found = edits(cert)
     if found:
-        print(f"afdb certify --verify {args.verify}: the certificate was edited ({'; '.join(found)})")
+        print(
+            f"afdb certify --verify {args.verify}: the certificate was edited ({'; '.join(found)})"
+        )
         return 1
     backend = Backend.from_spec(cert["backend"])
     scope = cert["scope"]
@@ -366,5 +380,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if len(differing) > 50:
             print(f"  ... {len(differing) - 50} more")
         return 1
-    print(f"verified: all {len(old_status)} case statuses match the certificate ({cert['verdict']})")
+    print(
+        f"verified: all {len(old_status)} case statuses match the certificate ({cert['verdict']})"
+    )
     return 0

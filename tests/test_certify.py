@@ -40,8 +40,19 @@ def statuses(cert):
 @pytest.fixture(scope="module")
 def cpu_cert(tmp_path_factory):
     path = tmp_path_factory.mktemp("cpu") / "cpu.json"
-    rc = main(["certify", "--device", "cpu", "MulGenerated", "--checks", "vmap,vjp", "-q",
-               "--json", str(path)])
+    rc = main(
+        [
+            "certify",
+            "--device",
+            "cpu",
+            "MulGenerated",
+            "--checks",
+            "vmap,vjp",
+            "-q",
+            "--json",
+            str(path),
+        ]
+    )
     assert rc == 0
     return path
 
@@ -93,8 +104,11 @@ def test_verify_detects_a_changed_status(capsys, cpu_cert, tmp_path):
     case = cert["cases"]["cases"][0]
     case["status"] = "fail"
     cases = cert["cases"]
-    cases["summary"] = {"total": len(cases["cases"]), "ok": False,
-                        "counts": {"pass": len(cases["cases"]) - 1, "fail": 1}}
+    cases["summary"] = {
+        "total": len(cases["cases"]),
+        "ok": False,
+        "counts": {"pass": len(cases["cases"]) - 1, "fail": 1},
+    }
     cert["areas"] = compute_areas(cases["cases"], cert["scope"]["checks"], cert["area_notes"])
     cert["verdict"] = overall_verdict(cert["areas"], False)
     cert["digest"] = digest(cert)
@@ -111,7 +125,13 @@ def test_verify_detects_a_changed_status(capsys, cpu_cert, tmp_path):
 
 def test_two_tensor_as_written(capsys, tmp_path):
     rc, cert, out = certify(
-        capsys, tmp_path, "--subclass", TWO, "MulGenerated", "NumpyMul", "--checks",
+        capsys,
+        tmp_path,
+        "--subclass",
+        TWO,
+        "MulGenerated",
+        "NumpyMul",
+        "--checks",
         "vmap,cross_backend",
     )
     assert rc == 0, out
@@ -126,8 +146,13 @@ def test_two_tensor_as_written(capsys, tmp_path):
 
 def test_example_backend_from_a_file(capsys, tmp_path):
     rc, cert, out = certify(
-        capsys, tmp_path, "--subclass", "examples/backends/tagged_tensor.py:TaggedTensor",
-        "MulGenerated", "--checks", "vmap,jvp,cross_backend",
+        capsys,
+        tmp_path,
+        "--subclass",
+        "examples/backends/tagged_tensor.py:TaggedTensor",
+        "MulGenerated",
+        "--checks",
+        "vmap,jvp,cross_backend",
     )
     assert rc == 0, out
     assert cert["environment"]["subclass_wrap"] == "TaggedTensor.from_tensor(t)"
@@ -143,8 +168,9 @@ def test_cross_backend_catches_a_skewed_subclass_and_passes_its_twin(capsys, tmp
     bad = area(cert, "cross-backend")
     assert bad["verdict"] == "does not conform" and bad["non_conforming"]
     failed = next(c for c in cert["cases"]["cases"] if c["status"] == "fail")
-    assert "cross_backend (subclass tests.planted_backends:SkewedTensor vs cpu): outputs" in (
-        failed["message"]
+    assert (
+        "cross_backend (subclass tests.planted_backends:SkewedTensor vs cpu): outputs"
+        in (failed["message"])
     )
     rc, cert, out = certify(
         capsys, tmp_path, "--subclass", "tests.planted_backends:ExactTensor", *args, name="e"
@@ -155,8 +181,15 @@ def test_cross_backend_catches_a_skewed_subclass_and_passes_its_twin(capsys, tmp
 
 def test_subclass_backend_in_worker_processes(capsys, tmp_path):
     rc, cert, out = certify(
-        capsys, tmp_path, "--subclass", "tests.planted_backends:SkewedTensor", "MulGenerated",
-        "--checks", "cross_backend", "-n", "1",
+        capsys,
+        tmp_path,
+        "--subclass",
+        "tests.planted_backends:SkewedTensor",
+        "MulGenerated",
+        "--checks",
+        "cross_backend",
+        "-n",
+        "1",
     )
     assert rc == 1, out
     assert area(cert, "cross-backend")["verdict"] == "does not conform"
@@ -171,7 +204,9 @@ def test_compile_catches_a_skewed_backend_and_passes_its_twin(capsys, tmp_path):
     assert rc == 1, out
     st = statuses(cert)
     assert {cid.split("/")[1] for cid, s in st.items() if s == "fail"} == {
-        "compiled_vmap", "compiled_vjp", "vjp_of_compiled"
+        "compiled_vmap",
+        "compiled_vjp",
+        "vjp_of_compiled",
     }
     inside = [c for c in cert["cases"]["cases"] if c["check"] == "vmap_of_compiled"]
     assert inside and all(c["status"] == "unsupported" for c in inside)
@@ -196,7 +231,13 @@ def test_inductor_one_case(capsys, tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_cuda_device(capsys, tmp_path):
     rc, cert, out = certify(
-        capsys, tmp_path, "--device", "cuda", "MulGenerated", "NumpyMul", "--checks",
+        capsys,
+        tmp_path,
+        "--device",
+        "cuda",
+        "MulGenerated",
+        "NumpyMul",
+        "--checks",
         "vmap,cross_backend",
     )
     assert rc == 0, out
@@ -249,7 +290,9 @@ def test_reclassify_only_torch_limits():
     def case(msg):
         return CaseResult("E/vmap", "E", "vmap", 0, "", None, "error", msg)
 
-    limit = case("vmap: the Function raised RuntimeError: .numpy() is not supported for tensor subclasses.")
+    limit = case(
+        "vmap: the Function raised RuntimeError: .numpy() is not supported for tensor subclasses."
+    )
     own = case("vmap: the Function raised ValueError: bad shape")
     assert reclassify([limit, own], Backend("subclass", TWO)) == 1
     assert limit.status == "unsupported" and own.status == "error"
