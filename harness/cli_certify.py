@@ -180,13 +180,14 @@ def expectations_for(
         return None, []
     if args.expectations:
         return args.expectations, [args.expectations]
-    paths = []
-    committed = expectations_path(args.source)
-    if committed is not None:
-        paths.append(str(committed))
-    own = BACKEND_EXPECTATIONS / f"{backend_slug(backend)}.json"
-    if own.exists():
-        paths.append(str(own))
+    paths: list[str] = list(getattr(args, "expectation_sources", None) or [])
+    if not paths:  # the committed ones: the source's, and the backend's when there is one
+        committed = expectations_path(args.source)
+        if committed is not None:
+            paths.append(str(committed))
+        own = BACKEND_EXPECTATIONS / f"{backend_slug(backend)}.json"
+        if own.exists():
+            paths.append(str(own))
     if len(paths) <= 1:
         return (paths[0] if paths else None), paths
     items: list[Any] = []
@@ -219,6 +220,12 @@ def _relative(path: str) -> str:
         return str(Path(path).resolve().relative_to(root))
     except ValueError:
         return path
+
+
+def _absolute(path: str) -> str:
+    """A path the certificate recorded relative to the suite's root (or absolute)."""
+    root = Path(__file__).resolve().parent.parent
+    return str(root / path) if not os.path.isabs(path) else path
 
 
 def certify(
@@ -351,8 +358,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     rerun.batch_size = ",".join(map(str, opts.get("batch_sizes", [2])))
     rerun.nested_batch_sizes = ",".join(map(str, opts.get("nested_batch_sizes", [2, 3])))
     rerun.imports = list(backend.imports)
-    if not args.expectations and scope.get("expectations") is None:
-        rerun.no_expectations = True
+    if not args.expectations:  # the expectations the certificate was made with
+        if scope.get("expectations") is None:
+            rerun.no_expectations = True
+        else:
+            rerun.expectation_sources = [
+                _absolute(p) for p in str(scope["expectations"]).split(" + ")
+            ]
+            missing = [p for p in rerun.expectation_sources if not os.path.exists(p)]
+            if missing:
+                raise UsageError(
+                    f"the certificate was made with the expectations {missing[0]}, which is "
+                    "not here; give the file with --expectations"
+                )
     rerun.json = rerun.markdown = rerun.html = None
     if not args.quiet:
         print(f"re-running {cert['cases']['summary']['total']} cases of {args.verify} ...")
