@@ -264,6 +264,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.checks:
         check_names()
         for name, spec in CHECKS.items():
+            if not spec.catalogue:  # afdb certify's backend checks
+                continue
             print(f"{name:<14} [{spec.family}] {spec.description} (reference: {spec.reference})")
         return 0
     entries = load_source(args.source)

@@ -208,6 +208,23 @@ def backend_slug(backend: Any) -> str:
     return f"{backend.kind}-{name}{mode}"
 
 
+def repro_command(backend: Any, entry: str, check: str, options: Any) -> str:
+    """The ``afdb certify`` command that re-runs one entry's check on the backend (a case
+    of a backend is not a standalone script: it needs the backend around it)."""
+    import shlex
+
+    flag = {"device": "--device", "subclass": "--subclass", "compile": "--compile"}[backend.kind]
+    cmd = ["afdb", "certify", flag, backend.name]
+    if backend.options.get("mode"):
+        cmd += ["--mode", backend.options["mode"]]
+    for module in backend.imports:
+        cmd += ["--import", module]
+    cmd += [entry] + (["--checks", check] if check != "samples" else [])
+    cmd += ["--seed", str(options.seed)]
+    cmd += ["--dtype", str(options.dtype).replace("torch.", ""), "--no-expectations"]
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
 def _sha256(path: str | None) -> str | None:
     if not path:
         return None
@@ -266,6 +283,9 @@ def certify(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     reclassify(result.cases, backend)
+    for r in result.cases:
+        if r.repro:
+            r.repro = repro_command(backend, r.entry, r.check, options)
     if not quiet_summary:
         print_summary(result)
     if getattr(args, "junit", None):

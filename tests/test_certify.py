@@ -172,6 +172,10 @@ def test_cross_backend_catches_a_skewed_subclass_and_passes_its_twin(capsys, tmp
         "cross_backend (subclass tests.planted_backends:SkewedTensor vs cpu): outputs"
         in (failed["message"])
     )
+    assert failed["repro"].startswith(
+        "afdb certify --subclass tests.planted_backends:SkewedTensor MulGenerated --checks "
+        "cross_backend --seed 0"
+    )
     rc, cert, out = certify(
         capsys, tmp_path, "--subclass", "tests.planted_backends:ExactTensor", *args, name="e"
     )
