@@ -379,7 +379,7 @@ def device_info(name: str) -> dict[str, Any]:
     dev = torch.device(name)
     info: dict[str, Any] = {"device": str(dev), "device_type": dev.type}
     if dev.type == "cpu":
-        info["device_name"] = platform.processor() or platform.machine()
+        info["device_name"] = cpu_name()
         return info
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()

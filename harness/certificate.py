@@ -267,7 +267,7 @@ def backend_title(cert: dict[str, Any]) -> str:
     return f"{b['kind']} {b['name']}" + (f" ({opts})" if opts else "")
 
 
-def to_markdown(cert: dict[str, Any], *, max_ids: int = 30) -> str:
+def to_markdown(cert: dict[str, Any], *, max_ids: int = 30, max_unsupported: int = 150) -> str:
     report = RunResult.from_json_dict(cert["cases"])
     lines = [
         f"# afdb certificate: {md_escape(backend_title(cert))}",
@@ -302,15 +302,18 @@ def to_markdown(cert: dict[str, Any], *, max_ids: int = 30) -> str:
             if len(a["non_conforming"]) > max_ids:
                 lines.append(f"- ... {len(a['non_conforming']) - max_ids} more in the JSON")
             lines.append("")
-    unsupported: dict[str, int] = {}
+    unsupported: dict[tuple[str, str], tuple[str, int]] = {}
     for c in report.cases:
         if c.status == UNSUPPORTED:
-            key = f"{c.check}: {clip(c.message.splitlines()[0] if c.message else '', 160)}"
-            unsupported[key] = unsupported.get(key, 0) + 1
+            reason, n = unsupported.get((c.entry, c.check), (c.message, 0))
+            unsupported[(c.entry, c.check)] = (reason, n + 1)
     if unsupported:
-        lines += ["", "## Unsupported (check: reason, cases)", ""]
-        for key, n in sorted(unsupported.items(), key=lambda kv: -kv[1])[:60]:
-            lines.append(f"- {md_escape(key)} ({n})")
+        lines += ["", f"## Unsupported ({len(unsupported)} entry x check; the first reason)", ""]
+        for (entry, check), (reason, n) in list(unsupported.items())[:max_unsupported]:
+            first = reason.splitlines()[0] if reason else ""
+            lines.append(f"- {md_escape(entry)} / {check} ({n}): {md_escape(clip(first, 240))}")
+        if len(unsupported) > max_unsupported:
+            lines.append(f"- ... {len(unsupported) - max_unsupported} more in the JSON")
     return "\n".join(lines) + "\n"
 
 
