@@ -9,11 +9,11 @@ backend kind (``Backend.extra_checks``).
   values (moved to the host, or unwrapped), within per-dtype tolerances
   (``CROSS_TOLERANCES``, or the entry's own when looser). Every component a subclass
   result unwraps to is compared.
-* ``compiled_X`` and ``X_of_compiled``: for each transform X (vmap, nested and chunked
-  vmap, jvp, vjp, their compositions, second order, jacrev/jacfwd), ``torch.compile(X(f))``
+* ``compiled_X`` and ``X_of_compiled``: for each transform X (vmap, nested vmap, jvp,
+  vjp, their compositions, second order; ``COMPILE_TRANSFORMS``), ``torch.compile(X(f))``
   (compile outside) and ``X(torch.compile(f))`` (compile inside) against ``X(f)`` in
   eager, on one representative plan per sample (all arguments batched at 0; the first
-  nested and chunked plans), the same inputs and seeded tangents/cotangents. Dynamo's
+  nested plan), the same inputs and seeded tangents/cotangents. Dynamo's
   caches are reset before each compiled call, so no case reuses another's graphs.
 """
 
@@ -32,7 +32,6 @@ from .batching import (
     Plan,
     as_tuple,
     build_batched_args,
-    chunked_plans,
     nested_plans,
     vmapped,
 )
@@ -203,11 +202,12 @@ register(
 
 # --- torch.compile ---------------------------------------------------------------------------
 
-#: The transforms composed with torch.compile, in catalogue order.
+#: The transforms composed with torch.compile, in catalogue order. Chunked vmap and
+#: jacrev/jacfwd are left out: under compile they trace the same graphs as vmap,
+#: vmap_of_vjp and vmap_of_jvp, and every compiled case costs a compilation.
 COMPILE_TRANSFORMS = (
     "vmap",
     "vmap_nested",
-    "vmap_chunked",
     "jvp",
     "vjp",
     "grad_of_vmap",
@@ -215,12 +215,9 @@ COMPILE_TRANSFORMS = (
     "vmap_of_jvp",
     "jvp_of_vjp",
     "vjp_of_vjp",
-    "jacrev",
-    "jacfwd",
 )
 #: Transforms that vmap (and so take a plan).
-_BATCHED = frozenset({"vmap", "vmap_nested", "vmap_chunked", "grad_of_vmap", "vmap_of_vjp"})
-_BATCHED |= {"vmap_of_jvp"}
+_BATCHED = frozenset({"vmap", "vmap_nested", "grad_of_vmap", "vmap_of_vjp", "vmap_of_jvp"})
 
 
 def outside_name(transform: str) -> str:
@@ -238,7 +235,7 @@ COMPILE_CHECKS = tuple(
 
 def compile_plans(transform: str) -> Callable[[ArgLayout, Options], list[Plan | None]]:
     """One representative plan per sample: all tensor arguments batched at 0, or the
-    first nested / chunked plan; no plan for the transforms without vmap."""
+    first nested plan; no plan for the transforms without vmap."""
 
     def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
         if transform not in _BATCHED:
@@ -247,8 +244,6 @@ def compile_plans(transform: str) -> Callable[[ArgLayout, Options], list[Plan | 
             return []
         if transform == "vmap_nested":
             return list(nested_plans(layout, options.nested_batch_sizes)[:1])
-        if transform == "vmap_chunked":
-            return list(chunked_plans(layout, *options.chunk)[:1])
         zero = tuple(0 if r is not None else None for r in layout.ranks)
         return [Plan((LevelPlan(options.batch_sizes[0], zero),), "compile-representative")]
 
@@ -278,7 +273,7 @@ class _Program:
         entry = ctx.entry
         self.args = ctx.slices.args()
         self.plan = ctx.plan
-        if transform in ("vmap", "vmap_nested", "vmap_chunked"):
+        if transform in ("vmap", "vmap_nested"):
             assert self.plan is not None
             self.inputs = build_batched_args(self.plan, ctx.slices)
             return
@@ -327,7 +322,7 @@ class _Program:
     def program(self, f: Callable[..., Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         """(X(f), its inputs) for this case's transform."""
         t, fn = self.transform, torch.func
-        if t in ("vmap", "vmap_nested", "vmap_chunked"):
+        if t in ("vmap", "vmap_nested"):
             assert self.plan is not None
             entry = self.ctx.entry
 
@@ -350,10 +345,6 @@ class _Program:
             return (lambda *p: fn.jvp(fr, p, tuple(self.tangents))), tuple(self.primals)
         if t == "vjp":
             return vjp_with_outputs, tuple(self.primals)
-        if t == "jacrev":
-            return fn.jacrev(fr, argnums=tuple(range(n))), tuple(self.primals)
-        if t == "jacfwd":
-            return fn.jacfwd(fr, argnums=tuple(range(n))), tuple(self.primals)
         if t == "jvp_of_vjp":
             return (lambda *p: fn.jvp(vjp_of, p, tuple(self.tangents))), tuple(self.primals)
         if t == "vjp_of_vjp":

@@ -147,9 +147,11 @@ def environment(backend: Any, imports: dict[str, str]) -> dict[str, Any]:
 
 PLAN_NOTE = {
     "compile": (
-        "representative subset: per check and sample one plan (every tensor argument batched "
-        "at 0; the first nested and the first chunked plan); the transforms without vmap have "
-        "no plan; each with compile outside (compiled_X) and inside (X_of_compiled)"
+        "representative subset: transforms vmap, vmap_nested, jvp, vjp, grad_of_vmap, "
+        "vmap_of_vjp, vmap_of_jvp, jvp_of_vjp, vjp_of_vjp (chunked vmap and jacrev/jacfwd "
+        "trace the same graphs); per check and sample one plan (every tensor argument batched "
+        "at 0; the first nested plan); the transforms without vmap have no plan; each with "
+        "compile outside (compiled_X) and inside (X_of_compiled)"
     ),
 }
 
