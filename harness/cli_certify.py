@@ -269,6 +269,7 @@ def certify(
     folder = tempfile.mkdtemp(prefix="afdb-certify-")
     try:
         exp_path, exp_sources = expectations_for(args, backend, folder)
+        exp_sha = _sha256(exp_path)  # before the folder (and a merged file in it) goes
         args.expectations = exp_path
         args.backend_spec = backend.spec()
         report_args = argparse.Namespace(**vars(args))
@@ -303,7 +304,7 @@ def certify(
         "options": options.to_dict(),
         "plans": PLAN_NOTE.get(backend.kind, str(result.metadata.get("plan_strategy", ""))),
         "expectations": " + ".join(_relative(p) for p in exp_sources) or None,
-        "expectations_sha256": _sha256(exp_path),
+        "expectations_sha256": exp_sha,
     }
     cert = build(
         result,
