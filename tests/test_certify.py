@@ -310,6 +310,7 @@ def test_committed_backend_expectations_apply(capsys, tmp_path):
     )
     assert rc == 0, out
     assert set(statuses(cert).values()) == {"xfail"}
-    assert "subclass-torch-testing-_internal-two_tensor-TwoTensor.json" in (
-        cert["scope"]["expectations"]
+    assert (
+        "subclass-torch-testing-_internal-two_tensor-TwoTensor.json"
+        in (cert["scope"]["expectations"])
     )
