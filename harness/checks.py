@@ -84,6 +84,9 @@ class CheckSpec:
     family: str  # "vmap" or "autodiff"
     reference: str  # what it compares against, for the report
     description: str = ""
+    #: False for checks that run only where a caller names them (``afdb certify``'s
+    #: backend areas): they are not in the catalogue that ``afdb run`` runs by default.
+    catalogue: bool = True
 
 
 CHECKS: dict[str, CheckSpec] = {}
@@ -147,7 +150,9 @@ def check_names(family: str | None = None) -> list[str]:
     _load_builtin_checks()
     rank = {n: i for i, n in enumerate(CATALOGUE_ORDER)}
     names = sorted(CHECKS, key=lambda n: rank.get(n, len(rank)))
-    return [n for n in names if family is None or CHECKS[n].family == family]
+    if family is None:
+        return [n for n in names if CHECKS[n].catalogue]
+    return [n for n in names if CHECKS[n].family == family]
 
 
 def get_check(name: str) -> CheckSpec:

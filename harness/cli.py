@@ -24,7 +24,7 @@ from .results import CaseResult, RunResult
 from .textsafe import visible
 
 #: Modules that contribute subcommands (each defines ``add_parsers(subparsers)``).
-COMMAND_MODULES = ("cli_report", "cli_check", "cli_merge")
+COMMAND_MODULES = ("cli_report", "cli_check", "cli_merge", "cli_certify")
 
 
 class CliError(UsageError):
@@ -390,6 +390,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.checks:
         check_names()
         for name, spec in CHECKS.items():
+            if not spec.catalogue:  # afdb certify's backend checks
+                continue
             print(f"{name:<14} [{spec.family}] {spec.description} (reference: {spec.reference})")
         return 0
     entries = load_source(args.source)
@@ -479,6 +481,7 @@ def execute(
                 expectations=getattr(args, "expectations", None),
                 collect=cases,
                 only=only,
+                backend=getattr(args, "backend_spec", None),
             )
         except KeyboardInterrupt:
             interrupted = True

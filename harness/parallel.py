@@ -269,6 +269,7 @@ def run_parallel(
     collect: list[CaseResult] | None = None,
     only: set[str] | None = None,
     note: Callable[[str], None] | None = None,
+    backend: dict[str, Any] | None = None,
 ) -> list[CaseResult]:
     """Run every case in worker processes; results in case order, one per case.
 
@@ -318,6 +319,7 @@ def run_parallel(
                 expectations,
                 keep,
                 done,
+                backend,
             )
     except KeyboardInterrupt:
         interrupted = True
@@ -405,6 +407,7 @@ def _run_xdist(
     expectations: str | None,
     keep: bool,
     done: dict[str, CaseResult],
+    backend: dict[str, Any] | None = None,
 ) -> str:
     """The cases in fresh pytest-xdist interpreters; returns the pool's last output line."""
     folder = tempfile.mkdtemp(prefix="afdb-run-")
@@ -419,6 +422,7 @@ def _run_xdist(
             "repro_target": target.to_dict() if hasattr(target, "to_dict") else None,
             "expectations": os.path.abspath(expectations) if expectations else None,
             "results_dir": folder,
+            "backend": backend,  # afdb certify: the workers adapt the entries to it
         }
         config_path = os.path.join(folder, "config.json")
         with open(config_path, "w") as f:

@@ -217,6 +217,10 @@ def _suite_from_config(config: dict[str, Any]) -> _Suite:
         from .sources import load_source
 
         entries = select_entries(load_source(config.get("source", "afdb")), config["entries"])
+    if config.get("backend"):  # afdb certify: the entries as they run on the backend
+        from .backends import Backend
+
+        entries = Backend.from_spec(config["backend"]).adapt(entries)
     return _Suite(
         entries,
         options,
