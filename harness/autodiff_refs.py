@@ -351,6 +351,33 @@ class DiffView:
         )
 
 
+def marked_non_differentiable(
+    flat: Callable[..., Sequence[Any]], args: Sequence[Any], diff: Sequence[int]
+) -> set[int]:
+    """Outputs the Function itself marks non-differentiable (``ctx.mark_non_differentiable``).
+
+    After an eager call with differentiable inputs that require grad, every floating
+    output of an autograd.Function requires grad unless it was marked; a marked output
+    gets no cotangent and no tangent, as autograd treats it (a Function need not also
+    declare it with ``nondiff_outputs``). If the probe call raises, nothing is excluded
+    and the checks themselves report the problem.
+    """
+    probe = [
+        a.detach().requires_grad_() if i in diff and isinstance(a, torch.Tensor) else a
+        for i, a in enumerate(args)
+    ]
+    try:
+        with torch.enable_grad():
+            outs = flat(*probe)
+    except Exception:
+        return set()
+    return {
+        j
+        for j, o in enumerate(outs)
+        if isinstance(o, torch.Tensor) and fd.is_differentiable_dtype(o) and not o.requires_grad
+    }
+
+
 def diff_view(ctx: CaseContext) -> DiffView:
     entry = ctx.entry
     args = ctx.slices.args()
@@ -369,10 +396,14 @@ def diff_view(ctx: CaseContext) -> DiffView:
     # a dict, list or tuple inside the outputs are not differentiable.
     names = flat.names()
     top = top_level_leaves(flat.spec) if flat.spec is not None else set(range(len(outputs)))
+    marked = marked_non_differentiable(flat, args, diff)
     outs = tuple(
         j
         for j, o in enumerate(outputs)
-        if fd.is_differentiable_dtype(o) and j not in entry.caps.nondiff_outputs and j in top
+        if fd.is_differentiable_dtype(o)
+        and j not in entry.caps.nondiff_outputs
+        and j not in marked
+        and j in top
     )
     if not outs:
         raise Unsupported(
