@@ -16,9 +16,10 @@ computation goes through, not with the size of each result element. The rule:
   ``max|inputs| / max|outputs|`` clamped to [1, 1000]: a normalisation of values around
   100 to values around 1 loses two digits in its first subtraction, and so do its
   derivatives.
-* ``K = 32``, from a measurement: every correct entry of the database and every example
-  needs K <= 2.6 at float32 (the test suite checks they still pass at K / 10), while a
-  wrong formula is off by O(1) relative.
+* ``K = 80``, from a measurement: every correct entry of the database and every example
+  passes at K = 8 at float32 (the largest need seen is about 6.5 eps, CubeGenerated's
+  vjp; the test suite checks they all still pass at K / 10), while a wrong formula is off
+  by O(1) relative, about 1e5 times the tolerance.
 * A reference that had to be computed in the same low dtype (finite differences of a
   random Function, which must see the same draw as the call, so they run in its dtype)
   carries its own rounding divided by the step: K is multiplied by ``1 / step``.
@@ -35,7 +36,7 @@ from __future__ import annotations
 import torch
 
 #: The rule's constant (see the module docstring).
-K = 32.0
+K = 80.0
 #: Clamp of the amplification factor A.
 MAX_AMPLIFICATION = 1000.0
 #: Result dtypes the rule applies to.

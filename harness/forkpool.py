@@ -89,6 +89,9 @@ def _worker_main(
     import torch
 
     os.setpgid(0, 0)
+    from .children import become_subreaper
+
+    become_subreaper()  # a case's orphaned grandchildren come back here, to be killed
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)

@@ -367,7 +367,7 @@ def _run_forked(
 
     def run_one(i: int) -> CaseResult:
         case = cases[i]
-        return run_case(datas[case.entry], case, target=target)
+        return run_case(datas[case.entry], case, target=target, watch_between=True)
 
     def on_death(i: int, faults: str) -> CaseResult:
         r = death_record(cases[i], faults, options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .api import UsageError
-from .options import DTYPES
+from .options import DTYPES, SAMPLE_DTYPES
 
 _SPEC_FIELDS = {
     "target": str,
@@ -36,8 +36,11 @@ def _problem(md: dict[str, Any]) -> str:
     from .repro import spec_problem
     from .sources import SOURCES
 
-    if md.get("dtype") not in DTYPES:
-        return f"metadata.dtype: {md.get('dtype')!r} is not one of {', '.join(DTYPES)}"
+    if md.get("dtype") not in (*DTYPES, SAMPLE_DTYPES):
+        return (
+            f"metadata.dtype: {md.get('dtype')!r} is not one of {', '.join(DTYPES)} "
+            f"or {SAMPLE_DTYPES!r}"
+        )
     for key, minimum in (("batch_sizes", 2), ("nested_batch_sizes", 2), ("chunk", 1)):
         if key in md and not _int_list(md[key], minimum):
             return f"metadata.{key}: {md[key]!r} is not a list of integers >= {minimum}"
