@@ -484,6 +484,32 @@ def eager_protocol(ctx: CaseContext, view: DiffView) -> None:
 # --- eager references (no torch.func) --------------------------------------------------------
 
 
+def grad_where_connected(
+    outputs: Sequence[Any],
+    inputs: Sequence[torch.Tensor],
+    cotangents: Sequence[torch.Tensor | None],
+    *,
+    create_graph: bool = False,
+) -> tuple[torch.Tensor, ...] | None:
+    """``torch.autograd.grad`` over the (output, cotangent) pairs whose output is connected
+    to the graph (None when none is); inputs the outputs do not use get zeros."""
+    pairs = [
+        (o, c)
+        for o, c in zip(outputs, cotangents)
+        if c is not None and isinstance(o, torch.Tensor) and o.requires_grad
+    ]
+    if not pairs:
+        return None
+    return torch.autograd.grad(
+        [o for o, _ in pairs],
+        inputs,
+        [c for _, c in pairs],
+        allow_unused=True,
+        materialize_grads=True,
+        create_graph=create_graph,
+    )
+
+
 def eager_vjp(
     entry: Entry,
     args: Sequence[Any],
@@ -503,21 +529,9 @@ def eager_vjp(
         else:
             leaves = [args[i].detach().clone().requires_grad_(True) for i in wrt]
         outs = restricted(entry, args, wrt, outputs)(*leaves)
-        pairs = [
-            (o, c)
-            for o, c in zip(outs, cotangents)
-            if c is not None and isinstance(o, torch.Tensor) and o.requires_grad
-        ]
-        if not pairs:
+        grads = grad_where_connected(outs, leaves, cotangents, create_graph=create_graph)
+        if grads is None:
             return tuple(torch.zeros_like(x) for x in leaves)
-        grads = torch.autograd.grad(
-            [o for o, _ in pairs],
-            leaves,
-            [c for _, c in pairs],
-            allow_unused=True,
-            materialize_grads=True,
-            create_graph=create_graph,
-        )
     return tuple(grads if create_graph else (g.detach() for g in grads))
 
 

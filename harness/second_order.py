@@ -38,6 +38,7 @@ from .autodiff_refs import (
     eager_protocol,
     eager_vjp,
     fd_jacobian,
+    grad_where_connected,
     is_custom,
     random_like,
     restricted,
@@ -129,16 +130,9 @@ def eager_double_backward(
         for i, x in zip(view.diff, leaves):
             call[i] = x
         first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
-        pairs = [(g, t) for g, t in zip(first, w) if g.requires_grad]
-        if not pairs:
+        grads = grad_where_connected(first, leaves, [t.clone() for t in w])
+        if grads is None:
             return tuple(torch.zeros_like(x) for x in leaves)
-        grads = torch.autograd.grad(
-            [g for g, _ in pairs],
-            leaves,
-            [t.clone() for _, t in pairs],
-            allow_unused=True,
-            materialize_grads=True,
-        )
     return tuple(g.detach() for g in grads)
 
 
@@ -155,27 +149,12 @@ def eager_double_backward_jvp(
             call[i] = x
         first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
         us = [torch.zeros_like(g).requires_grad_(True) for g in first]
-        pairs = [(g, u) for g, u in zip(first, us) if g.requires_grad]
-        if not pairs:
+        vs = grad_where_connected(first, leaves, us, create_graph=True)
+        if vs is None:
             return tuple(torch.zeros_like(g) for g in first)
-        vs = torch.autograd.grad(
-            [g for g, _ in pairs],
-            leaves,
-            [u for _, u in pairs],
-            allow_unused=True,
-            materialize_grads=True,
-            create_graph=True,
-        )
-        back = [(v, t) for v, t in zip(vs, tangents) if v.requires_grad]
-        if not back:
+        out = grad_where_connected(vs, us, [t.detach().clone() for t in tangents])
+        if out is None:
             return tuple(torch.zeros_like(g) for g in first)
-        out = torch.autograd.grad(
-            [v for v, _ in back],
-            us,
-            [t.detach().clone() for _, t in back],
-            allow_unused=True,
-            materialize_grads=True,
-        )
     return tuple(o.detach() for o in out)
 
 
@@ -193,18 +172,9 @@ def eager_forward_over_reverse(
             for c, t in zip(primals[n:], tangents[n:])
         ]
         outs = restricted(view.entry, view.args, view.diff, view.outs)(*duals)
-        pairs = [
-            (o, c) for o, c in zip(outs, cots) if isinstance(o, torch.Tensor) and o.requires_grad
-        ]
-        if not pairs:
+        grads = grad_where_connected(outs, leaves, cots)
+        if grads is None:
             return tuple(torch.zeros_like(x) for x in leaves)
-        grads = torch.autograd.grad(
-            [o for o, _ in pairs],
-            leaves,
-            [c for _, c in pairs],
-            allow_unused=True,
-            materialize_grads=True,
-        )
         result = []
         for g in grads:
             t = fwAD.unpack_dual(g).tangent
