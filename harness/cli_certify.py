@@ -23,10 +23,9 @@ from typing import Any
 
 from .api import UsageError
 
-#: Expectations for torch bugs that only a backend exposes: reports/expectations/backends/SLUG.json.
-BACKEND_EXPECTATIONS = (
-    Path(__file__).resolve().parent.parent / "reports" / "expectations" / "backends"
-)
+#: Expectations for torch bugs that only a backend exposes: harness/known_failures/backends/
+#: SLUG.json, package data like the sources' own files.
+BACKEND_EXPECTATIONS = Path(__file__).resolve().parent / "known_failures" / "backends"
 
 
 def add_parsers(sub: Any) -> None:
