@@ -118,18 +118,27 @@ def _second_order_setup(
     return view, view.primals(), cots, names
 
 
+def _eager_first_order(
+    view: DiffView, primals: Sequence[torch.Tensor]
+) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """Fresh leaves for (x, c) and the eager first-order grads g(x, c) = J(x)^T c, taken with
+    ``create_graph=True`` so that they can be differentiated again (call under enable_grad)."""
+    n = len(view.diff)
+    leaves = [p.detach().clone().requires_grad_(True) for p in primals]
+    call = list(view.args)
+    for i, x in zip(view.diff, leaves):
+        call[i] = x
+    first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
+    return leaves, first
+
+
 def eager_double_backward(
     view: DiffView, primals: Sequence[torch.Tensor], w: Sequence[torch.Tensor]
 ) -> tuple[torch.Tensor, ...]:
     """d<g(x, c), w>/d(x, c) by plain eager autograd: ``torch.autograd.grad`` of the
     first-order grads (taken with ``create_graph=True``), no torch.func involved."""
-    n = len(view.diff)
     with torch.enable_grad():
-        leaves = [p.detach().clone().requires_grad_(True) for p in primals]
-        call = list(view.args)
-        for i, x in zip(view.diff, leaves):
-            call[i] = x
-        first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
+        leaves, first = _eager_first_order(view, primals)
         grads = grad_where_connected(first, leaves, [t.clone() for t in w])
         if grads is None:
             return tuple(torch.zeros_like(x) for x in leaves)
@@ -141,13 +150,8 @@ def eager_double_backward_jvp(
 ) -> tuple[torch.Tensor, ...]:
     """``J_g t`` for g(x, c) = J(x)^T c by eager reverse mode only (the double-vjp trick:
     ``u -> J_g^T u`` is linear in ``u``, and its vjp with ``t`` is ``J_g t``)."""
-    n = len(view.diff)
     with torch.enable_grad():
-        leaves = [p.detach().clone().requires_grad_(True) for p in primals]
-        call = list(view.args)
-        for i, x in zip(view.diff, leaves):
-            call[i] = x
-        first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
+        leaves, first = _eager_first_order(view, primals)
         us = [torch.zeros_like(g).requires_grad_(True) for g in first]
         vs = grad_where_connected(first, leaves, us, create_graph=True)
         if vs is None:
