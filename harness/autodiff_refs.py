@@ -351,16 +351,18 @@ class DiffView:
         )
 
 
-def marked_non_differentiable(
+def eager_outputs(
     flat: Callable[..., Sequence[Any]], args: Sequence[Any], diff: Sequence[int]
-) -> set[int]:
-    """Outputs the Function itself marks non-differentiable (``ctx.mark_non_differentiable``).
+) -> tuple[tuple[Any, ...], set[int]]:
+    """The plain call's (flat) outputs, detached, and the outputs the Function itself marks
+    non-differentiable (``ctx.mark_non_differentiable``).
 
-    After an eager call with differentiable inputs that require grad, every floating
-    output of an autograd.Function requires grad unless it was marked; a marked output
-    gets no cotangent and no tangent, as autograd treats it (a Function need not also
-    declare it with ``nondiff_outputs``). If the probe call raises, nothing is excluded
-    and the checks themselves report the problem.
+    One eager call with the differentiable inputs requiring grad tells both: every floating
+    output of an autograd.Function then requires grad unless it was marked, and a marked
+    output gets no cotangent and no tangent, as autograd treats it (a Function need not
+    also declare it with ``nondiff_outputs``). If that call raises, the call is made again
+    without grad, where an exception is the Function's and names the sub-check, and
+    nothing is excluded.
     """
     probe = [
         a.detach().requires_grad_() if i in diff and isinstance(a, torch.Tensor) else a
@@ -370,12 +372,14 @@ def marked_non_differentiable(
         with torch.enable_grad():
             outs = flat(*probe)
     except Exception:
-        return set()
-    return {
+        with torch.no_grad():
+            return tuple(attempt("plain call", flat, *args)), set()
+    marked = {
         j
         for j, o in enumerate(outs)
         if isinstance(o, torch.Tensor) and fd.is_differentiable_dtype(o) and not o.requires_grad
     }
+    return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outs), marked
 
 
 def diff_view(ctx: CaseContext) -> DiffView:
@@ -390,13 +394,11 @@ def diff_view(ctx: CaseContext) -> DiffView:
     if not diff:
         raise Unsupported("no floating-point tensor argument: nothing to differentiate")
     flat = FlatCall(_all_outputs(entry, flat=False))
-    with torch.no_grad():
-        outputs = attempt("plain call", flat, *args)
+    outputs, marked = eager_outputs(flat, args, diff)
     # Autograd tracks only the top-level tensors of a Function's outputs: leaves nested in
     # a dict, list or tuple inside the outputs are not differentiable.
     names = flat.names()
     top = top_level_leaves(flat.spec) if flat.spec is not None else set(range(len(outputs)))
-    marked = marked_non_differentiable(flat, args, diff)
     outs = tuple(
         j
         for j, o in enumerate(outputs)
@@ -410,7 +412,7 @@ def diff_view(ctx: CaseContext) -> DiffView:
             "no differentiable output (all are integer, bool, nested in a container or "
             "declared non-differentiable)"
         )
-    return DiffView(entry, args, diff, outs, tuple(outputs), tuple(names))
+    return DiffView(entry, args, diff, outs, outputs, tuple(names))
 
 
 def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
