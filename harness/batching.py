@@ -206,9 +206,9 @@ class SliceSource:
         """Argument ``index`` at ``path``: a fresh copy, or (``copy=False``) the cached tensor
         detached, for a caller that only reads it (``torch.stack`` copies anyway)."""
         a = self._raw(path)[index]
-        if isinstance(a, torch.Tensor):
-            return a.detach().clone() if copy else a.detach()
-        return a
+        if copy:
+            return clone_tensors(a)
+        return a.detach() if isinstance(a, torch.Tensor) else a
 
 
 # --- building batched arguments and looping -------------------------------------------------
@@ -231,9 +231,23 @@ def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
     return leaf_path(plan, (arg,), path)
 
 
+def _read_arg(slices: SliceSource, path: tuple[int, ...], j: int) -> Any:
+    """Argument ``j`` at ``path``, only to be read: the cached one where the source gives
+    it (``SliceSource.arg``), so the other arguments are not copied for it."""
+    one = getattr(slices, "arg", None)
+    return one(path, j, copy=False) if one is not None else slices.args(path)[j]
+
+
+def _leaf(slices: SliceSource, path: tuple[int, ...], address: Address, copy: bool) -> Any:
+    """The tensor leaf at ``address`` of the slice at ``path``: its own copy, or (``copy=False``,
+    for a caller that only reads it, as ``torch.stack`` does) the cached tensor detached."""
+    leaf = get_at(_read_arg(slices, path, address[0]), tuple(address[1:]))
+    return leaf.detach().clone() if copy else leaf.detach()
+
+
 def _assemble(slices: SliceSource, j: int, value_at: Callable[[Address], Any]) -> Any:
     """Argument ``j`` with each tensor leaf from ``value_at(address)`` (plain values: base)."""
-    base = slices.args()[j]
+    base = _read_arg(slices, (), j)
     if not is_container(base):
         return value_at((j,)) if isinstance(base, torch.Tensor) else base
     return map_leaves(
@@ -248,7 +262,7 @@ def slice_call_args(plan: Plan, slices: SliceSource, path: tuple[int, ...]) -> t
         _assemble(
             slices,
             j,
-            lambda a: get_at(slices.args(leaf_path(plan, a, path))[a[0]], tuple(a[1:])),
+            lambda a: _leaf(slices, leaf_path(plan, a, path), a, copy=True),
         )
         for j in range(n)
     )
@@ -258,18 +272,19 @@ def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     """Stack per-slice data into the batched arguments the vmapped call receives."""
     n = len(plan.levels[0].in_dims)
 
-    def build(address: Address, level: int, path: tuple[int, ...]) -> Any:
+    def build(address: Address, level: int, path: tuple[int, ...], stacked: bool) -> Any:
         if level == len(plan.levels):
-            arg = slices.args(leaf_path(plan, address, path))[address[0]]
-            return get_at(arg, tuple(address[1:]))
+            # Under a stack the slice is only read; a leaf batched at no level is the
+            # slice itself, so it gets its own copy (in-place Functions modify it).
+            return _leaf(slices, leaf_path(plan, address, path), address, copy=not stacked)
         lv = plan.levels[level]
         dim = leaf_dim(lv, address)
         if dim is None:
-            return build(address, level + 1, (*path, 0))
-        parts = [build(address, level + 1, (*path, i)) for i in range(lv.batch_size)]
+            return build(address, level + 1, (*path, 0), stacked)
+        parts = [build(address, level + 1, (*path, i), True) for i in range(lv.batch_size)]
         return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
 
-    return tuple(_assemble(slices, j, lambda a: build(a, 0, ())) for j in range(n))
+    return tuple(_assemble(slices, j, lambda a: build(a, 0, (), False)) for j in range(n))
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
