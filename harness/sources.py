@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import inspect
+import sys
+import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -183,11 +186,92 @@ def adapt_opinfo(opinfo: Any, module: Any) -> Entry:
     )
 
 
-def pytorch_registry() -> Registry:
-    """PyTorch's autograd_function_db as a Registry (not validated at the default batch
-    sizes: its samples use dim 3; see ``options_for_source``)."""
+#: The one module PyTorch's autograd_function_db imports that is costly: importing
+#: ``opinfo.core`` pulls in ``common_device_type``, hence ``torch._inductor`` and
+#: ``torch._dynamo`` (about 1.3 s, as long as ``import torch`` itself), for two classes.
+OPINFO_CORE = "torch.testing._internal.opinfo.core"
+
+
+class _StandInOpInfo:
+    """What the adapter reads of an ``OpInfo``, with ``OpInfo``'s own defaults for the
+    flags it reads; every other keyword is kept as an attribute."""
+
+    def __init__(self, name: str, **fields: Any) -> None:
+        self.name = name
+        self.supports_forward_ad = False
+        self.supports_gradgrad = True
+        self.supports_fwgrad_bwgrad = False
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+
+class _StandInSampleInput:
+    """``SampleInput``'s constructor, as far as the adapter reads it (input, args, kwargs)."""
+
+    def __init__(
+        self,
+        input: Any,
+        *var_args: Any,
+        args: Any = None,
+        kwargs: Any = None,
+        **var_kwargs: Any,
+    ) -> None:
+        for key in ("output_process_fn_grad", "broadcasts_input", "name"):
+            var_kwargs.pop(key, None)
+        if (var_args or var_kwargs) and (args is not None or kwargs is not None):
+            raise ValueError("SampleInput: give args/kwargs either positionally or by keyword")
+        self.input = input
+        self.args = tuple(var_args) if var_args else tuple(args or ())
+        self.kwargs = dict(var_kwargs) if var_kwargs else dict(kwargs or {})
+
+
+def _module_with_stand_ins() -> types.ModuleType | None:
+    """PyTorch's autograd_function_db, executed from its own file with small stand-ins for
+    ``OpInfo`` and ``SampleInput`` instead of importing ``opinfo.core`` (see OPINFO_CORE).
+
+    The module is not registered in ``sys.modules``, so a later ``import`` of it (by
+    PyTorch's own tests in the same process) still gets the real one. None when the file
+    cannot be found or needs more of ``opinfo.core`` than the stand-ins give: the caller
+    then imports it the ordinary way. ``tests/test_sources.py`` proves the entries built
+    either way are the same (names, capabilities, samples).
+    """
+    if OPINFO_CORE in sys.modules or PYTORCH_MODULE in sys.modules:
+        return None  # already paid for: the real import is free
     try:
-        module = importlib.import_module(PYTORCH_MODULE)
+        spec = importlib.util.find_spec(PYTORCH_MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    try:
+        code = compile(Path(spec.origin).read_bytes(), spec.origin, "exec")
+    except (OSError, SyntaxError, ValueError):
+        return None
+    stand_in = types.ModuleType(OPINFO_CORE)
+    stand_in.OpInfo = _StandInOpInfo  # type: ignore[attr-defined]
+    stand_in.SampleInput = _StandInSampleInput  # type: ignore[attr-defined]
+    module = types.ModuleType(PYTORCH_MODULE)
+    module.__file__ = spec.origin
+    module.__package__ = PYTORCH_MODULE.rpartition(".")[0]
+    sys.modules[OPINFO_CORE] = stand_in
+    try:
+        exec(code, module.__dict__)
+    except Exception:  # it needs more than the stand-ins: import it for real
+        return None
+    finally:
+        if sys.modules.get(OPINFO_CORE) is stand_in:
+            del sys.modules[OPINFO_CORE]
+    return module
+
+
+def pytorch_registry(*, stand_ins: bool = True) -> Registry:
+    """PyTorch's autograd_function_db as a Registry (not validated at the default batch
+    sizes: its samples use dim 3; see ``options_for_source``). ``stand_ins=False`` imports
+    the module the ordinary way (the test of ``_module_with_stand_ins`` compares the two)."""
+    try:
+        module = _module_with_stand_ins() if stand_ins else None
+        if module is None:
+            module = importlib.import_module(PYTORCH_MODULE)
     except ModuleNotFoundError as e:  # a dependency of torch's testing internals
         missing = e.name or str(e)
         if missing.split(".")[0] == "torch":  # an old or stripped torch build

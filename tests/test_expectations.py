@@ -150,6 +150,6 @@ def test_a_missing_dependency_of_torchs_testing_internals_is_named(monkeypatch):
 
     monkeypatch.setattr(sources.importlib, "import_module", no_expecttest)
     with pytest.raises(sources.SourceError) as err:
-        sources.pytorch_registry()
+        sources.pytorch_registry(stand_ins=False)
     assert "needs the module 'expecttest'" in str(err.value)
     assert "pip install expecttest" in str(err.value)

@@ -98,3 +98,71 @@ def test_pytorch_expectations_file(pytorch_entries):
         assert x["status"] in ("xfail", "skip")
         assert x["reason"].strip()
         assert x["id"].split("/")[0] in names, x["id"]
+
+
+_SUMMARY = r"""
+import json, sys
+import torch
+from harness import sources
+
+def summary(registry):
+    out = []
+    for e in registry:
+        samples = [
+            [a.tolist() if isinstance(a, torch.Tensor) else repr(a) for a in s.args]
+            for seed in (0, 7)
+            for s in e.make_samples(seed, torch.float64)
+        ]
+        out.append([e.name, e.function.__qualname__, repr(e.caps), e.linked_args,
+                    sorted(e.tags), e.description, samples])
+    return out
+
+stand_ins = sys.argv[1] == "stand-ins"
+registry = sources.pytorch_registry(stand_ins=stand_ins)
+print(json.dumps({
+    "entries": summary(registry),
+    "opinfo_core_imported": sources.OPINFO_CORE in sys.modules,
+    "real_module_imported": sources.PYTORCH_MODULE in sys.modules,
+}))
+"""
+
+
+def _summary_in_fresh_process(mode: str) -> dict:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _SUMMARY, mode], capture_output=True, text=True, check=True
+    )
+    return json.loads(proc.stdout)
+
+
+def test_stand_ins_build_the_same_entries_as_the_real_import():
+    """The fast load (PyTorch's module executed with stand-ins for OpInfo and SampleInput,
+    without importing opinfo.core) gives exactly the entries of the ordinary import:
+    names, Functions, capabilities, links, descriptions and the seeded sample data."""
+    fast = _summary_in_fresh_process("stand-ins")
+    real = _summary_in_fresh_process("real")
+    assert not fast["opinfo_core_imported"] and not fast["real_module_imported"]
+    assert real["opinfo_core_imported"] and real["real_module_imported"]
+    assert len(fast["entries"]) == len(real["entries"]) >= 10
+    for a, b in zip(fast["entries"], real["entries"]):
+        assert a == b, a[0]
+
+
+def test_stand_ins_step_aside_for_a_module_needing_more(tmp_path, monkeypatch):
+    """A module that imports more of opinfo.core than the stand-ins give is imported the
+    ordinary way, and the stand-in is not left in sys.modules."""
+    import importlib.util
+    import sys
+
+    from harness import sources
+
+    fake = tmp_path / "needs_more.py"
+    fake.write_text("from torch.testing._internal.opinfo.core import OpInfo, DecorateInfo\n")
+    spec = importlib.util.spec_from_file_location(sources.PYTORCH_MODULE, fake)
+    monkeypatch.setattr(sources.importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.delitem(sys.modules, sources.OPINFO_CORE, raising=False)
+    monkeypatch.delitem(sys.modules, sources.PYTORCH_MODULE, raising=False)
+    assert sources._module_with_stand_ins() is None
+    assert sources.OPINFO_CORE not in sys.modules
