@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ def installed_torch() -> str:
     return str(torch.__version__)
 
 
+@lru_cache(maxsize=256)
 def torch_admits(spec: str, version: str) -> bool:
     """Whether the torch ``version`` satisfies the specifier ``spec`` ("" admits every one)."""
     if not spec:
@@ -76,21 +78,42 @@ class Expectations:
     #: The torch the ``"torch"`` conditions are evaluated against (None: the installed one).
     torch_version: str | None = None
 
-    @property
+    @cached_property
     def active(self) -> tuple[Expectation, ...]:
-        """The expectations that hold on this torch."""
+        """The expectations that hold on this torch (evaluated once: the file is frozen)."""
         version = self.torch_version or installed_torch()
         return tuple(e for e in self.items if e.holds_on(version))
 
+    @cached_property
+    def _by_prefix(self) -> dict[str, list[tuple[int, Expectation]]]:
+        """The active expectations under their id without trailing "/" (what a case id
+        starts with), each with its place in the file (ties go to the first)."""
+        index: dict[str, list[tuple[int, Expectation]]] = {}
+        for place, e in enumerate(self.active):
+            index.setdefault(e.id.rstrip("/"), []).append((place, e))
+        return index
+
+    def _matching(self, case_id: str) -> list[tuple[int, Expectation]]:
+        """Every active expectation matching ``case_id``: one whose id is the case id or a
+        prefix of it ending before a "/" (so a dict lookup per "/" of the id, not a scan)."""
+        index = self._by_prefix
+        found = list(index.get(case_id, ()))
+        cut = case_id.find("/")
+        while cut != -1:
+            found.extend(index.get(case_id[:cut], ()))
+            cut = case_id.find("/", cut + 1)
+        return [(place, e) for place, e in found if e.matches(case_id)]
+
     def lookup(self, case_id: str) -> Expectation | None:
-        best = None
-        for e in self.active:
-            if e.matches(case_id) and (best is None or len(e.id) > len(best.id)):
-                best = e
-        return best
+        """The longest matching id wins; among equally long ones, the first in the file."""
+        found = self._matching(case_id)
+        if not found:
+            return None
+        return min(found, key=lambda pe: (-len(pe[1].id), pe[0]))[1]
 
     def unmatched(self, case_ids: list[str]) -> list[Expectation]:
-        return [e for e in self.active if not any(e.matches(c) for c in case_ids)]
+        matched = {place for c in case_ids for place, _ in self._matching(c)}
+        return [e for place, e in enumerate(self.active) if place not in matched]
 
     def to_json(self) -> str:
         return json.dumps(

@@ -252,13 +252,43 @@ class CapturedOutput:
         )
 
 
-def _flush_c_stdio() -> None:
-    try:
-        import ctypes
+_LIBC: Any = None
 
-        ctypes.CDLL(None).fflush(None)
+
+def _flush_c_stdio() -> None:
+    global _LIBC
+    try:
+        if _LIBC is None:
+            import ctypes
+
+            _LIBC = ctypes.CDLL(None)
+        _LIBC.fflush(None)
     except Exception:
         pass
+
+
+#: Temporary files for captured output, reused from case to case (creating one was most
+#: of a capture's cost), with the process they belong to: a forked worker must not write
+#: into its parent's (they would share the file offset), so it makes its own.
+_SPARE_FILES: list[tuple[int, Any]] = []
+
+
+def _output_file() -> Any:
+    pid = os.getpid()
+    while _SPARE_FILES:
+        owner, f = _SPARE_FILES.pop()
+        if owner == pid:
+            f.seek(0)
+            f.truncate()
+            return f
+    return tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (kept or closed by the caller)
+
+
+def _give_back(f: Any) -> None:
+    if len(_SPARE_FILES) < 4:
+        _SPARE_FILES.append((os.getpid(), f))
+    else:
+        f.close()
 
 
 @contextlib.contextmanager
@@ -274,7 +304,7 @@ def capture_output(limit: int = OUTPUT_LIMIT) -> Iterator[CapturedOutput]:
     fd_file = None
     saved_fds: list[tuple[int, int]] = []
     try:
-        fd_file = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed in finally)
+        fd_file = _output_file()
         for fd in (1, 2):
             saved_fds.append((fd, os.dup(fd)))
         for s in saved_streams:
@@ -305,7 +335,7 @@ def capture_output(limit: int = OUTPUT_LIMIT) -> Iterator[CapturedOutput]:
             if size > half:
                 fd_file.seek(max(half, size - half))
                 tail = fd_file.read().decode("utf-8", "replace")
-            fd_file.close()
+            _give_back(fd_file)
             captured.add(head, tail, size)
         captured.add(*py_out.text())
 

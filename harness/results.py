@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 SCHEMA = "afdb-report/1"
@@ -31,6 +31,17 @@ def internal_first(cases: list[CaseResult]) -> list[CaseResult]:
     return sorted(cases, key=lambda c: c.status != INTERNAL)
 
 
+def _json_copy(x: Any) -> Any:
+    """A copy of JSON-like data (what dataclasses.asdict would copy)."""
+    if type(x) is dict:
+        return {k: _json_copy(v) for k, v in x.items()}
+    if type(x) is list:
+        return [_json_copy(v) for v in x]
+    if type(x) is tuple:
+        return tuple(_json_copy(v) for v in x)
+    return x
+
+
 @dataclass
 class CaseResult:
     id: str
@@ -55,7 +66,10 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         from .textsafe import cap
 
-        d = asdict(self)
+        # Not dataclasses.asdict: its deep copies were a tenth of writing a report. The
+        # plan (JSON-native lists and dicts) is copied so the caller may change it.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["plan"] = _json_copy(self.plan)
         d["duration_s"] = round(self.duration_s, 6)
         d["message"] = cap(str(d["message"]))  # one cap for every message, whoever built it
         d["repro"] = cap(str(d["repro"]))
@@ -127,7 +141,19 @@ class RunResult:
         }
 
     def to_json(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_json_dict(), indent=indent, sort_keys=False)
+        """The report as JSON text: with ``indent``, one case per line (the C encoder writes
+        each; the indenting pure-Python encoder took most of a report's write time)."""
+        d = self.to_json_dict()
+        if indent is None:
+            return json.dumps(d)
+        cases = d.pop("cases")
+        head = json.dumps({**d, "cases": []}, indent=indent)
+        if not cases:
+            return head
+        assert head.endswith('"cases": []\n}'), head[-40:]
+        pad = " " * indent
+        lines = f",\n{pad * 2}".join(json.dumps(c) for c in cases)
+        return head[: -len("[]\n}")] + f"[\n{pad * 2}{lines}\n{pad}]\n}}"
 
     @classmethod
     def from_json_dict(cls, d: dict[str, Any]) -> RunResult:
