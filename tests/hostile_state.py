@@ -243,3 +243,18 @@ class DaemonFork(Double):
 
 #: Changes the working directory on its first rule call (for the --no-isolate report test).
 LeavesCwd = leaves(chdir_tmp)
+
+
+class LingeringThread(Double):
+    """Starts a non-daemon thread (first call) that sleeps 120 s: at interpreter shutdown
+    Python would wait for it, so the finished command would hang for two minutes."""
+
+    started: list[threading.Thread] = []
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        if not LingeringThread.started:
+            t = threading.Thread(target=time.sleep, args=(120,), name="lingering", daemon=False)
+            LingeringThread.started.append(t)
+            t.start()
+        return _ok(x, in_dims)

@@ -302,6 +302,33 @@ def test_afdb_check_does_not_wait_for_children_that_escape(tmp_path):
             assert c["status"] == "pass", c
 
 
+def test_a_finished_command_does_not_wait_for_a_thread_a_function_left_running(tmp_path):
+    """A non-daemon thread (sleeping 120 s) would hold an ordinary interpreter exit; the
+    command ends once its report is written, and the report and summary are whole."""
+    report = tmp_path / "r.json"
+    proc = _afdb(
+        [
+            "check",
+            f"{HOSTILE}:LingeringThread",
+            "--samples",
+            f"{HOSTILE}:samples",
+            "--checks",
+            "vmap",
+            "-n",
+            "0",
+            "--json",
+            str(report),
+        ],
+        tmp_path,
+        timeout=90,  # the thread sleeps 120 s: waiting for it fails the test
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS" in proc.stdout
+    cases = json.loads(report.read_text())["cases"]
+    assert cases and all(c["status"] == "pass" for c in cases)
+    assert any("left 1 thread(s) running (lingering)" in c["message"] for c in cases)
+
+
 # --- item 6: bounded messages ----------------------------------------------------------------
 
 
