@@ -10,6 +10,7 @@ modules named in ``COMMAND_MODULES`` add theirs through ``add_parsers(sub)``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import time
@@ -720,10 +721,9 @@ def entry() -> None:
 
     code = main()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        # A reader that left, a stream already closed: nothing more to deliver.
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):  # a reader that left, a stream already closed
-            pass
     try:
         atexit._run_exitfuncs()
     finally:
