@@ -46,6 +46,13 @@ def main() -> None:
         else:
             runpy.run_path(args[0], run_name="__main__")
     _report(rc)
+    if mode == "--afdb":  # end as the ``afdb`` command does (harness.cli.entry)
+        import atexit
+        import os
+
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
+        os._exit(rc)
 
 
 if __name__ == "__main__":

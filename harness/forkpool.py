@@ -70,9 +70,16 @@ class _Worker:
     from_worker: int  # read end
     faults_path: str
     buffer: bytes = b""
+    home: int = 0  # the region of cases it works through (see ForkPool._send)
     batch: list[int] = field(default_factory=list)  # cases sent, not yet reported
     current: int | None = None
     started: float = 0.0
+
+
+def _regions(count: int, workers: int) -> list[list[int]]:
+    """Cases ``0 .. count-1`` cut into one contiguous region per worker."""
+    bounds = [count * k // workers for k in range(workers + 1)]
+    return [list(range(bounds[k], bounds[k + 1])) for k in range(workers)]
 
 
 def _batch_size(remaining: int, workers: int) -> int:
@@ -142,7 +149,8 @@ class ForkPool:
         self.fruitless = 0  # workers in a row that died outside any case
         self.watchdog_s = watchdog_s
         self.backstop_s = backstop_s  # the controller kills a worker silent past this
-        self.pending = list(range(count))
+        #: Cases not yet sent: one contiguous region per worker (see ``_send``).
+        self.regions = _regions(count, self.workers)
         self.done: dict[int, CaseResult] = {}
         self.live: dict[int, _Worker] = {}  # by read fd
         self.folder = tempfile.mkdtemp(prefix="afdb-run-")
@@ -150,7 +158,15 @@ class ForkPool:
 
     # --- workers ---------------------------------------------------------------------
 
-    def _spawn(self) -> _Worker:
+    @property
+    def pending(self) -> int:
+        """How many cases are not yet sent."""
+        return sum(len(r) for r in self.regions)
+
+    def _fullest(self) -> int:
+        return max(range(len(self.regions)), key=lambda k: len(self.regions[k]))
+
+    def _spawn(self, home: int | None = None) -> _Worker:
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         faults_path = os.path.join(
@@ -177,22 +193,41 @@ class ForkPool:
         os.close(res_w)
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also done by the worker; whichever runs first
-        worker = _Worker(pid, cmd_w, res_r, faults_path)
+        worker = _Worker(
+            pid, cmd_w, res_r, faults_path, home=self._fullest() if home is None else home
+        )
         self.live[res_r] = worker
         self.selector.register(res_r, selectors.EVENT_READ, worker)
         return worker
 
     def _send(self, worker: _Worker) -> bool:
-        """Give ``worker`` its next batch (consecutive cases); False when nothing is left."""
-        if not self.pending:
+        """Give ``worker`` its next batch (consecutive cases); False when nothing is left.
+
+        A worker works through its own region from the front, so it stays with few
+        entries and their samples, slices and references, which it draws once (two
+        workers taking turns through one list both drew nearly every entry's). Once
+        its region is done it takes from the back of the fullest one, whose owner
+        goes on at the front.
+        """
+        remaining = self.pending
+        if not remaining:
             return False
-        n = _batch_size(len(self.pending), self.workers)
-        first = self.pending[0]
-        run = 1
-        while run < n and run < len(self.pending) and self.pending[run] == first + run:
-            run += 1
-        worker.batch = self.pending[:run]
-        del self.pending[:run]
+        n = _batch_size(remaining, self.workers)
+        region = self.regions[worker.home]
+        if region:
+            first, run = region[0], 1
+            while run < n and run < len(region) and region[run] == first + run:
+                run += 1
+            worker.batch = region[:run]
+            del region[:run]
+        else:
+            region = self.regions[self._fullest()]
+            last, run = region[-1], 1
+            while run < n and run < len(region) and region[-1 - run] == last - run:
+                run += 1
+            worker.batch = region[-run:]
+            del region[-run:]
+            first = worker.batch[0]
         with contextlib.suppress(OSError):  # a dead worker: its end of file says so next
             os.write(worker.to_worker, f"{first} {first + run}\n".encode())
         return True
@@ -230,12 +265,13 @@ class ForkPool:
             self.fruitless = 0
         else:
             self.fruitless += 1
-        self.pending[:0] = rest
+        self.regions[worker.home][:0] = rest
         if self.fruitless >= FRUITLESS_LIMIT:  # workers die before any case: give up, say why
             why = f"not run: {self.fruitless} worker processes in a row died between cases"
-            for i in self.pending:
-                self.done[i] = self.not_run(i, why)
-            self.pending = []
+            for region in self.regions:
+                for i in region:
+                    self.done[i] = self.not_run(i, why)
+                region.clear()
 
     def _handle(self, worker: _Worker, line: bytes) -> None:
         if line.startswith(b"S "):
@@ -256,9 +292,9 @@ class ForkPool:
         """Every case's record by index. On KeyboardInterrupt the workers are stopped and the
         records finished so far stay in ``self.done``; the interrupt is raised again."""
         try:
-            for _ in range(self.workers):
-                if self.pending:
-                    self._send(self._spawn())
+            for home in range(self.workers):
+                if self.regions[home]:
+                    self._send(self._spawn(home))
             while self.live:
                 for key, _ in self.selector.select(timeout=1.0):
                     worker: _Worker = key.data
@@ -269,7 +305,7 @@ class ForkPool:
                     if not chunk:
                         self._died(worker)
                         if self.pending:
-                            self._send(self._spawn())
+                            self._send(self._spawn(worker.home))
                         continue
                     worker.buffer += chunk
                     while b"\n" in worker.buffer and worker.from_worker in self.live:
@@ -295,7 +331,7 @@ class ForkPool:
             if worker.current is not None and now - worker.started > self.backstop_s:
                 self._died(worker, faults="Timeout (controller backstop)")
                 if self.pending:
-                    self._send(self._spawn())
+                    self._send(self._spawn(worker.home))
 
 
 def run_forked(

@@ -358,3 +358,26 @@ def test_github_actions_matrix_is_documented():
     readme = (ROOT / "README.md").read_text()
     assert "--shard ${{ matrix.shard }}/3" in readme
     assert "afdb merge" in readme
+
+
+def test_fork_pool_workers_keep_to_their_regions_and_steal_from_the_back():
+    """Each worker runs a contiguous region of cases from its front (so it draws few
+    entries' data); one that is done early takes the rest of the other's from the back."""
+
+    def run_one(i):
+        if i < 30:  # the first region is slow: the second worker finishes its own first
+            time.sleep(0.02)
+        return CaseResult(f"c{i}", "E", "vmap", 0, "s", None, "pass", message=str(os.getpid()))
+
+    done = forkpool.run_forked(
+        60, 2, run_one, lambda i, faults: _record(i, "crash"), lambda i, why: _record(i, "error")
+    )
+    assert sorted(done) == list(range(60))
+    pid_of = {i: r.message for i, r in done.items()}
+    first, second = pid_of[0], pid_of[30]
+    assert first != second
+    assert all(pid_of[i] == second for i in range(30, 60))  # its own region, in full
+    stolen = [i for i in range(30) if pid_of[i] == second]
+    assert stolen, "the idle worker took none of the slow region"
+    assert stolen == list(range(30 - len(stolen), 30))  # from the back, contiguous
+    assert all(pid_of[i] == first for i in range(30 - len(stolen)))
