@@ -234,6 +234,13 @@ def between_cases() -> list[str]:
     return restore(last[0]) + restore_global(last[1])
 
 
+def last_end() -> tuple[Any, GlobalState] | None:
+    """The state the previous case of this thread ended with (None: none ran yet)."""
+    import threading
+
+    return _LAST_END.get(threading.get_ident())
+
+
 def case_ended(torch_state: Any, state: GlobalState) -> None:
     import threading
 

@@ -115,12 +115,35 @@ def _alive(pid: int, start: str) -> bool:
     return len(rest) > 19 and rest[0] not in ("Z", "X") and rest[19] == start
 
 
+#: The descendants the last ``kill_new`` saw, with the process and thread that scanned:
+#: what the next case of that thread starts with when nothing else ran (``at_case_start``).
+_LAST_SEEN: tuple[int, int, frozenset[Descendant]] | None = None
+
+
+def _scanner() -> tuple[int, int]:
+    import threading
+
+    return os.getpid(), threading.get_ident()
+
+
+def at_case_start(*, nothing_ran_since: bool) -> set[Descendant]:
+    """The descendants before a case. ``nothing_ran_since``: no thread that a Function
+    started is alive, so only the previous case (whose end ``kill_new`` scanned) could have
+    started a process, and that scan stands in for a second one."""
+    if nothing_ran_since and _LAST_SEEN is not None and _LAST_SEEN[:2] == _scanner():
+        return set(_LAST_SEEN[2])
+    return descendants()
+
+
 def kill_new(before: set[Descendant], grace_s: float = 1.0) -> list[int]:
     """Kill the running descendants that were not there ``before``; return their pids (sorted).
 
     A child that already exited (a zombie its parent did not wait for) is not counted.
     """
-    new = [(pid, start) for pid, start in descendants() - before if _alive(pid, start)]
+    global _LAST_SEEN
+    now = descendants()
+    _LAST_SEEN = (*_scanner(), frozenset(now))
+    new = [(pid, start) for pid, start in now - before if _alive(pid, start)]
     if not new:
         return []
     for pid, _ in new:

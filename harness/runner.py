@@ -28,6 +28,7 @@ from .case_state import (
     case_ended,
     foreign_threads,
     forget_last_case,
+    last_end,
     note_threads,
     restore_global,
 )
@@ -291,11 +292,19 @@ def run_case(
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result
     drifted = between_cases() if watch_between else []
-    state = TorchState.capture()
-    global_state = GlobalState.capture()
+    # Nothing changed since the previous case ended: the state it ended with (after its
+    # restore) is the state now, captured already.
+    last = last_end() if watch_between and not drifted else None
+    if last is not None:
+        state, global_state = last
+    else:
+        state = TorchState.capture()
+        global_state = GlobalState.capture()
     threads = set(threading.enumerate())
     others = foreign_threads(case.id)  # alive now: earlier cases' threads may act during this one
-    processes = children.descendants()
+    # The previous case of this run ended in this thread and left no thread running: no
+    # process can have started since its end scan.
+    processes = children.at_case_start(nothing_ran_since=last is not None and not others)
     start = time.perf_counter()
     describing = False
     with watch_user_interrupt() as interrupt, capture_output() as printed:

@@ -15,6 +15,7 @@ import torch
 
 from harness import check
 from harness.case_state import GlobalState
+from harness.options import Options
 from harness.textsafe import MESSAGE_LIMIT
 from tests import hostile_state as hs
 
@@ -268,6 +269,25 @@ def test_a_forked_child_is_killed_at_case_end_and_the_case_says_so():
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # killed and reaped
     assert all(c.status == "pass" for c in r.cases[1:])
+
+
+def test_a_process_the_caller_starts_between_two_runs_is_left_alone():
+    """Cases start from their predecessor's end scan only within a run: a process the
+    caller started after one run (a server in a test suite) is not the next run's case's."""
+    from harness.runner import run_entries
+    from harness.sources import load_source
+
+    entry = [e for e in load_source("afdb") if e.name == "NumpyCube"]
+    options = Options(checks=("vmap",))
+    assert all(c.status == "pass" for c in run_entries(entry, options))
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        second = run_entries(entry, options)
+        assert all(c.status == "pass" for c in second), [c.message for c in second]
+        assert server.poll() is None  # still running
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_afdb_check_does_not_wait_for_children_that_escape(tmp_path):
