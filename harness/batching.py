@@ -38,6 +38,7 @@ from autograd_function_db.entry import Sample
 from .pairwise import exhaustive_rows, pairwise_rows
 from .pytree_args import (
     Address,
+    Keys,
     clone_tensors,
     dim_at,
     fmt,
@@ -47,6 +48,7 @@ from .pytree_args import (
     leaves,
     map_leaves,
 )
+from .pytrees import leaves as output_leaves
 
 #: ``out_dims`` may be an int, or "mid": an interior position resolved per output at run time.
 OutDim = int | str
@@ -164,12 +166,28 @@ def sample_seed(*parts: object) -> int:
     return derive_seed(*parts) % SAMPLE_SEED_LIMIT
 
 
+def _slice_key(path: tuple[int, ...]) -> tuple[int, ...]:
+    """Trailing zeros do not change the slice: (0,) and (0, 0) are the same base slice."""
+    key = tuple(path)
+    while key and key[-1] == 0:
+        key = key[:-1]
+    return key
+
+
+def _fresh(a: Any) -> Any:
+    """A fresh copy of one argument (tensor leaves cloned, plain values shared)."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().clone()
+    return clone_tensors(a) if is_container(a) else a
+
+
 class SliceSource:
     """Per-slice argument tuples for one sample, drawn from the generator with derived seeds.
 
     ``args(path)`` gives fresh copies (so in-place Functions never corrupt the
     cache): ``path`` is the index of the slice at each level, outermost first.
-    The all-zero path is the base sample. Data is drawn once per path and cached.
+    The all-zero path is the base sample. Data is drawn once per path and cached
+    (one source serves every case of a sample: nothing cached is ever handed out).
     """
 
     def __init__(
@@ -184,10 +202,10 @@ class SliceSource:
         self._cache: dict[tuple[int, ...], tuple[Any, ...]] = {}
 
     def _raw(self, path: tuple[int, ...]) -> tuple[Any, ...]:
-        key = tuple(path)
-        # Trailing zeros do not change the slice: (0,) and (0, 0) are the same base slice.
-        while key and key[-1] == 0:
-            key = key[:-1]
+        cached = self._cache.get(path)
+        if cached is not None:
+            return cached
+        key = _slice_key(path)
         if key not in self._cache:
             seed = sample_seed(*self._seed_parts, "slice", key)
             samples = list(self._draw(seed))
@@ -197,17 +215,23 @@ class SliceSource:
                     f"fewer than for the base seed; the count must not depend on the seed"
                 )
             self._cache[key] = samples[self._index].args
+        self._cache[tuple(path)] = self._cache[key]
         return self._cache[key]
 
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
-        return tuple(clone_tensors(a) for a in self._raw(path))
+        return tuple(_fresh(a) for a in self._raw(path))
+
+    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        """The cached arguments at ``path`` themselves, for a caller that only reads them and
+        never hands them out (the batching helpers copy what they pass on)."""
+        return self._raw(path)
 
     def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
         """Argument ``index`` at ``path``: a fresh copy, or (``copy=False``) the cached tensor
         detached, for a caller that only reads it (``torch.stack`` copies anyway)."""
         a = self._raw(path)[index]
         if copy:
-            return clone_tensors(a)
+            return _fresh(a)
         return a.detach() if isinstance(a, torch.Tensor) else a
 
 
@@ -231,67 +255,115 @@ def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
     return leaf_path(plan, (arg,), path)
 
 
-def _read_arg(slices: SliceSource, path: tuple[int, ...], j: int) -> Any:
-    """Argument ``j`` at ``path``, only to be read: the cached one where the source gives
-    it (``SliceSource.arg``), so the other arguments are not copied for it."""
-    one = getattr(slices, "arg", None)
-    return one(path, j, copy=False) if one is not None else slices.args(path)[j]
+class _Reader:
+    """Reads the leaves of one plan's slices: which levels batch each leaf is worked out once
+    per plan, not once per leaf and slice (the loop reference reads every slice)."""
 
+    def __init__(self, plan: Plan, slices: SliceSource) -> None:
+        self.plan = plan
+        self.slices = slices
+        self._peek = getattr(slices, "peek", None)
+        n = len(plan.levels[0].in_dims)
+        #: Per argument: (kind, dims, base): a plain value (its base value is passed), a
+        #: tensor (its batch dim per level), or a container (its base value and the dims
+        #: per level of each tensor leaf, by keys).
+        self.layout: list[tuple[str, Any, Any]] = []
+        for j in range(n):
+            base = self.read((), j)
+            if isinstance(base, torch.Tensor):
+                self.layout.append(("tensor", self._dims((j,)), None))
+            elif is_container(base):
+                per_leaf = {
+                    keys: self._dims((j, *keys))
+                    for keys, v in leaves(base)
+                    if isinstance(v, torch.Tensor)
+                }
+                self.layout.append(("container", per_leaf, base))
+            else:
+                self.layout.append(("value", None, base))
 
-def _leaf(slices: SliceSource, path: tuple[int, ...], address: Address, copy: bool) -> Any:
-    """The tensor leaf at ``address`` of the slice at ``path``: its own copy, or (``copy=False``,
-    for a caller that only reads it, as ``torch.stack`` does) the cached tensor detached."""
-    leaf = get_at(_read_arg(slices, path, address[0]), tuple(address[1:]))
-    return leaf.detach().clone() if copy else leaf.detach()
+    def _dims(self, address: Address) -> tuple[Any, ...]:
+        return tuple(leaf_dim(lv, address) for lv in self.plan.levels)
 
+    def read(self, path: tuple[int, ...], j: int) -> Any:
+        """Argument ``j`` at ``path``, only to be read: the cached one where the source shows
+        it (``SliceSource.peek``), so the other arguments are not copied for it."""
+        peek = self._peek
+        return peek(path)[j] if peek is not None else self.slices.args(path)[j]
 
-def _assemble(slices: SliceSource, j: int, value_at: Callable[[Address], Any]) -> Any:
-    """Argument ``j`` with each tensor leaf from ``value_at(address)`` (plain values: base)."""
-    base = _read_arg(slices, (), j)
-    if not is_container(base):
-        return value_at((j,)) if isinstance(base, torch.Tensor) else base
-    return map_leaves(
-        base, lambda keys, v: value_at((j, *keys)) if isinstance(v, torch.Tensor) else v
-    )
+    def leaf(
+        self, j: int, keys: Keys, dims: tuple[Any, ...], path: tuple[int, ...], copy: bool
+    ) -> Any:
+        """The tensor leaf ``keys`` of argument ``j`` in the slice at ``path`` (index 0 at every
+        level that does not batch it): its own copy, or (``copy=False``, for a caller that only
+        reads it, as ``torch.stack`` does) the cached tensor detached."""
+        own = tuple([i if d is not None else 0 for i, d in zip(path, dims)])
+        value = self.read(own, j)
+        if keys:
+            value = get_at(value, keys)
+        return value.detach().clone() if copy else value.detach()
+
+    def assemble(self, j: int, value_at: Callable[[Keys, tuple[Any, ...]], Any]) -> Any:
+        """Argument ``j`` with each tensor leaf from ``value_at(keys, dims)`` (plain values:
+        the base ones)."""
+        kind, dims, base = self.layout[j]
+        if kind == "tensor":
+            return value_at((), dims)
+        if kind == "value":
+            return base
+        return map_leaves(base, lambda keys, v: value_at(keys, dims[keys]) if keys in dims else v)
+
+    def call_args(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        """The per-slice arguments a loop passes to the Function at ``path``."""
+        return tuple(
+            self.assemble(j, lambda keys, dims, j=j: self.leaf(j, keys, dims, path, copy=True))
+            for j in range(len(self.layout))
+        )
+
+    def batched(self) -> tuple[Any, ...]:
+        """Per-slice data stacked into the batched arguments the vmapped call receives."""
+        levels = self.plan.levels
+
+        def build(
+            j: int,
+            keys: Keys,
+            dims: tuple[Any, ...],
+            level: int,
+            path: tuple[int, ...],
+            stacked: bool,
+        ) -> Any:
+            if level == len(levels):
+                # Under a stack the slice is only read; a leaf batched at no level is the
+                # slice itself, so it gets its own copy (in-place Functions modify it).
+                return self.leaf(j, keys, dims, path, copy=not stacked)
+            dim = dims[level]
+            if dim is None:
+                return build(j, keys, dims, level + 1, (*path, 0), stacked)
+            parts = [
+                build(j, keys, dims, level + 1, (*path, i), True)
+                for i in range(levels[level].batch_size)
+            ]
+            return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
+
+        return tuple(
+            self.assemble(j, lambda keys, dims, j=j: build(j, keys, dims, 0, (), False))
+            for j in range(len(self.layout))
+        )
 
 
 def slice_call_args(plan: Plan, slices: SliceSource, path: tuple[int, ...]) -> tuple[Any, ...]:
     """The per-slice arguments a loop passes to the Function at ``path``."""
-    n = len(plan.levels[0].in_dims)
-    return tuple(
-        _assemble(
-            slices,
-            j,
-            lambda a: _leaf(slices, leaf_path(plan, a, path), a, copy=True),
-        )
-        for j in range(n)
-    )
+    return _Reader(plan, slices).call_args(path)
 
 
 def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     """Stack per-slice data into the batched arguments the vmapped call receives."""
-    n = len(plan.levels[0].in_dims)
-
-    def build(address: Address, level: int, path: tuple[int, ...], stacked: bool) -> Any:
-        if level == len(plan.levels):
-            # Under a stack the slice is only read; a leaf batched at no level is the
-            # slice itself, so it gets its own copy (in-place Functions modify it).
-            return _leaf(slices, leaf_path(plan, address, path), address, copy=not stacked)
-        lv = plan.levels[level]
-        dim = leaf_dim(lv, address)
-        if dim is None:
-            return build(address, level + 1, (*path, 0), stacked)
-        parts = [build(address, level + 1, (*path, i), True) for i in range(lv.batch_size)]
-        return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
-
-    return tuple(_assemble(slices, j, lambda a: build(a, 0, (), False)) for j in range(n))
+    return _Reader(plan, slices).batched()
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
     """A Function's outputs as the flat tuple of their pytree leaves (see ``pytrees``)."""
-    from .pytrees import leaves
-
-    return leaves(out)
+    return output_leaves(out)
 
 
 def loop_reference(
@@ -303,11 +375,12 @@ def loop_reference(
     This never touches the Function's vmap rule: it is the reference for it.
     """
     returned_tuple = False
+    reader = _Reader(plan, slices)
 
     def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
         nonlocal returned_tuple
         if level == len(plan.levels):
-            out = fn(*slice_call_args(plan, slices, path))
+            out = fn(*reader.call_args(path))
             returned_tuple = isinstance(out, (tuple, list))
             return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
         lv = plan.levels[level]
@@ -362,6 +435,9 @@ class RepeatedSlices(SliceSource):
 
     def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
         return self._slices.arg((), index, copy=copy)
+
+    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        return self._slices.peek(())
 
 
 def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) -> list[Any]:

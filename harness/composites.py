@@ -103,14 +103,27 @@ class WithExtras:
         self._slices = slices
         self._make = make
         self._cache: dict[tuple[int, ...], list[torch.Tensor]] = {}
+        self._peeked: dict[tuple[int, ...], tuple[Any, ...]] = {}
 
-    def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
+    def _extras(self, path: tuple[int, ...]) -> list[torch.Tensor]:
         key = tuple(path)
         while key and key[-1] == 0:
             key = key[:-1]
         if key not in self._cache:
             self._cache[key] = self._make(key)
-        return (*self._slices.args(path), *(e.clone() for e in self._cache[key]))
+        return self._cache[key]
+
+    def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
+        return (*self._slices.args(path), *(e.clone() for e in self._extras(path)))
+
+    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        """The cached arguments and extras at ``path``, only to be read (see
+        ``SliceSource.peek``): nothing is copied for a caller that wants one leaf."""
+        key = tuple(path)
+        both = self._peeked.get(key)
+        if both is None:
+            both = self._peeked[key] = (*self._slices.peek(path), *self._extras(path))
+        return both
 
 
 #: Positions of the extras (cotangents or tangents): all of them share one batch dim per level.

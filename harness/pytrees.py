@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 import torch.utils._pytree as pytree
 
 
@@ -22,6 +23,10 @@ def _top(out: Any) -> Any:
 
 def leaves(out: Any) -> tuple[Any, ...]:
     """Every leaf of the outputs, in pytree order (a single tensor gives a 1-tuple)."""
+    if isinstance(out, torch.Tensor):  # the common cases, without pytree's flattening
+        return (out,)
+    if type(out) in (tuple, list) and all(isinstance(o, torch.Tensor) for o in out):
+        return tuple(out)
     return tuple(pytree.tree_leaves(_top(out)))
 
 

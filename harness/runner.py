@@ -94,6 +94,8 @@ class EntryData:
         self.options = options
         self._draw = functools.lru_cache(maxsize=256)(self._draw_uncached)
         self._nonfinite: dict[int, str] = {}
+        self._slices: dict[int, SliceSource] = {}
+        self._base_seed: int | None = None
 
     def _draw_uncached(self, seed: int) -> tuple[Sample, ...]:
         return tuple(self.entry.make_samples(seed, self.options.dtype, self.options.device))
@@ -103,10 +105,16 @@ class EntryData:
         return (self.options.seed, self.entry.name)
 
     def base_samples(self) -> tuple[Sample, ...]:
-        return self._draw(sample_seed(*self.seed_parts, "slice", ()))
+        if self._base_seed is None:
+            self._base_seed = sample_seed(*self.seed_parts, "slice", ())
+        return self._draw(self._base_seed)
 
     def slices(self, sample_index: int) -> SliceSource:
-        return SliceSource(self._draw, sample_index, self.seed_parts)
+        """The sample's slice source, shared by its cases: it hands out copies only, so a
+        Function that modifies its inputs never changes what a later case receives."""
+        if sample_index not in self._slices:
+            self._slices[sample_index] = SliceSource(self._draw, sample_index, self.seed_parts)
+        return self._slices[sample_index]
 
     def nonfinite(self, sample_index: int) -> str:
         """The advice when the plain call on this sample gives NaN or inf ("" when finite).
