@@ -418,14 +418,15 @@ def diff_view(ctx: CaseContext) -> DiffView:
 def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Standard normal tensors shaped and typed like ``likes`` (drawn in float64; complex
     ones get a random imaginary part too, so a forgotten conjugate shows)."""
-    return [
-        torch.randn(
+    out = []
+    for t in likes:
+        drawn = torch.randn(
             t.shape, generator=gen, dtype=torch.complex128 if t.is_complex() else torch.float64
         )
-        .to(t.dtype)
-        .to(t.device)
-        for t in likes
-    ]
+        if drawn.dtype != t.dtype:
+            drawn = drawn.to(t.dtype)
+        out.append(drawn if drawn.device == t.device else drawn.to(t.device))
+    return out
 
 
 def noncontiguous(t: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ one unit); each takes one of ``None``, ``0``, an interior position and ``-1``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,18 @@ class Plan:
 
     @property
     def id(self) -> str:
+        # Worked out once per plan (ids name every case and label every message); the
+        # dataclass is frozen, so the cached text cannot go stale.
+        cached = self.__dict__.get("_id")
+        if cached is None:
+            cached = self._make_id()
+            object.__setattr__(self, "_id", cached)
+        return cached
+
+    def _make_id(self) -> str:
+        return self._levels_id()
+
+    def _levels_id(self) -> str:
         nested = len(self.levels) > 1
         return "|".join(
             lv.describe(show_size=nested or lv.batch_size != DEFAULT_BATCH_SIZE)
@@ -570,13 +583,37 @@ def unit_choices(
     return choices
 
 
+def any_batched(row: tuple[int, ...]) -> bool:
+    """The rows plans keep: some unit batched (index 0 of every domain is "unbatched")."""
+    return any(r != 0 for r in row)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rows_any_batched(
+    sizes: tuple[int, ...], cap: int, seed: int
+) -> tuple[tuple[tuple[int, ...], ...], str]:
+    rows, strategy = _choose_rows(sizes, cap, seed, any_batched)
+    return tuple(rows), strategy
+
+
 def choose_rows(
     sizes: Sequence[int], cap: int, seed: int, allowed: Callable[[tuple[int, ...]], bool]
 ) -> tuple[list[tuple[int, ...]], str]:
     """Every allowed combination when there are at most ``cap``, else a pairwise covering array.
 
     Index 0 of every domain is "unbatched"; the pairwise rows start from index 1 (all at 0).
+    The rows are a function of the arguments alone, so those of ``any_batched`` (every
+    plan generator's) are worked out once per domain sizes, not once per sample and check.
     """
+    if allowed is any_batched:
+        rows, strategy = _rows_any_batched(tuple(sizes), cap, seed)
+        return list(rows), strategy
+    return _choose_rows(sizes, cap, seed, allowed)
+
+
+def _choose_rows(
+    sizes: Sequence[int], cap: int, seed: int, allowed: Callable[[tuple[int, ...]], bool]
+) -> tuple[list[tuple[int, ...]], str]:
     total = 1
     for s in sizes:
         total *= s
@@ -600,10 +637,7 @@ def _level_rows(
     if not per_unit:
         return [], EXHAUSTIVE
 
-    def batched(row: tuple[int, ...]) -> bool:
-        return any(r != 0 for r in row)
-
-    rows, strategy = choose_rows([len(c) for c in per_unit], cap, seed, batched)
+    rows, strategy = choose_rows([len(c) for c in per_unit], cap, seed, any_batched)
     out = []
     for row in rows:
         assignment: dict[Address, Any] = {}
@@ -740,9 +774,8 @@ class HazardPlan(Plan):
 
     hazard: int = 0
 
-    @property
-    def id(self) -> str:
-        return f"{Plan.id.fget(self)},hazard={self.hazard}"  # type: ignore[attr-defined]
+    def _make_id(self) -> str:
+        return f"{self._levels_id()},hazard={self.hazard}"
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

@@ -39,6 +39,7 @@ from .batching import (
     LevelPlan,
     Plan,
     SliceSource,
+    any_batched,
     as_tuple,
     build_batched_args,
     choose_rows,
@@ -69,9 +70,8 @@ class CompositePlan(Plan):
     extra_name: str = "cotangents"
     extra_dims: tuple[int | None, ...] = ()
 
-    @property
-    def id(self) -> str:
-        parts = Plan.id.fget(self).split("|")  # type: ignore[attr-defined]
+    def _make_id(self) -> str:
+        parts = self._levels_id().split("|")
         return "|".join(
             f"{p},{self.extra_name}={'None' if d is None else d}"
             for p, d in zip(parts, self.extra_dims)
@@ -143,7 +143,7 @@ def _composite_plans(extra_name: str) -> Callable[[ArgLayout, Options], list[Pla
         cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
         per_unit = [unit_choices(layout, u) for u in units]
         sizes = [*(len(c) for c in per_unit), len(EXTRA_CHOICES)]
-        rows, strategy = choose_rows(sizes, cap, options.seed, lambda r: any(v != 0 for v in r))
+        rows, strategy = choose_rows(sizes, cap, options.seed, any_batched)
         candidates: list[Plan] = []
         for row in rows:
             assignment: dict[Any, Any] = {}
