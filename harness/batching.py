@@ -234,10 +234,9 @@ class SliceSource:
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return tuple(_fresh(a) for a in self._raw(path))
 
-    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
-        """The cached arguments at ``path`` themselves, for a caller that only reads them and
-        never hands them out (the batching helpers copy what they pass on)."""
-        return self._raw(path)
+    #: The cached arguments at a path themselves, for a caller that only reads them and
+    #: never hands them out (the batching helpers copy what they pass on).
+    peek = _raw
 
     def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
         """Argument ``index`` at ``path``: a fresh copy, or (``copy=False``) the cached tensor
@@ -268,41 +267,58 @@ def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
     return leaf_path(plan, (arg,), path)
 
 
-class _Reader:
-    """Reads the leaves of one plan's slices: which levels batch each leaf is worked out once
-    per plan, not once per leaf and slice (the loop reference reads every slice)."""
+def _own_path(path: tuple[int, ...], dims: tuple[Any, ...]) -> tuple[int, ...]:
+    """The slice a leaf with batch ``dims`` per level takes at ``path``: index 0 at every
+    level that does not batch it."""
+    return tuple([i if d is not None else 0 for i, d in zip(path, dims)])
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone() if t.requires_grad else t.clone()
+
+
+class PlanSlices:
+    """One plan's per-slice and batched arguments: which levels batch each leaf is worked out
+    once per plan, not once per leaf and slice (a loop reference reads every slice). Every
+    tensor handed out is a copy or a stack, never the source's cached data."""
 
     def __init__(self, plan: Plan, slices: SliceSource) -> None:
         self.plan = plan
         self.slices = slices
-        self._peek = getattr(slices, "peek", None)
+        peek = getattr(slices, "peek", None)
+        #: The cached arguments at a path, only to be read (``SliceSource.peek``); a source
+        #: without it gives copies (then each leaf is copied twice, never shared).
+        self.peek: Callable[[tuple[int, ...]], tuple[Any, ...]] = (
+            peek if peek is not None else slices.args
+        )
         n = len(plan.levels[0].in_dims)
-        #: Per argument: (kind, dims, base): a plain value (its base value is passed), a
-        #: tensor (its batch dim per level), or a container (its base value and the dims
-        #: per level of each tensor leaf, by keys).
-        self.layout: list[tuple[str, Any, Any]] = []
+        base_args = self.peek(())
+        #: Per argument: (kind, dims, base, batched): a plain value (its base value is
+        #: passed), a tensor (its batch dim per level; ``batched``: at every level, at none,
+        #: or at some), or a container (its base value and the dims per level of each tensor
+        #: leaf, by keys).
+        self.layout: list[tuple[str, Any, Any, str]] = []
         for j in range(n):
-            base = self.read((), j)
+            base = base_args[j]
             if isinstance(base, torch.Tensor):
-                self.layout.append(("tensor", self._dims((j,)), None))
+                dims = self._dims((j,))
+                every = all(d is not None for d in dims)
+                none = all(d is None for d in dims)
+                self.layout.append(
+                    ("tensor", dims, None, "all" if every else "none" if none else "some")
+                )
             elif is_container(base):
                 per_leaf = {
                     keys: self._dims((j, *keys))
                     for keys, v in leaves(base)
                     if isinstance(v, torch.Tensor)
                 }
-                self.layout.append(("container", per_leaf, base))
+                self.layout.append(("container", per_leaf, base, ""))
             else:
-                self.layout.append(("value", None, base))
+                self.layout.append(("value", None, base, ""))
 
     def _dims(self, address: Address) -> tuple[Any, ...]:
         return tuple(leaf_dim(lv, address) for lv in self.plan.levels)
-
-    def read(self, path: tuple[int, ...], j: int) -> Any:
-        """Argument ``j`` at ``path``, only to be read: the cached one where the source shows
-        it (``SliceSource.peek``), so the other arguments are not copied for it."""
-        peek = self._peek
-        return peek(path)[j] if peek is not None else self.slices.args(path)[j]
 
     def leaf(
         self, j: int, keys: Keys, dims: tuple[Any, ...], path: tuple[int, ...], copy: bool
@@ -310,28 +326,34 @@ class _Reader:
         """The tensor leaf ``keys`` of argument ``j`` in the slice at ``path`` (index 0 at every
         level that does not batch it): its own copy, or (``copy=False``, for a caller that only
         reads it, as ``torch.stack`` does) the cached tensor detached."""
-        own = tuple([i if d is not None else 0 for i, d in zip(path, dims)])
-        value = self.read(own, j)
-        if keys:
-            value = get_at(value, keys)
-        return value.detach().clone() if copy else value.detach()
-
-    def assemble(self, j: int, value_at: Callable[[Keys, tuple[Any, ...]], Any]) -> Any:
-        """Argument ``j`` with each tensor leaf from ``value_at(keys, dims)`` (plain values:
-        the base ones)."""
-        kind, dims, base = self.layout[j]
-        if kind == "tensor":
-            return value_at((), dims)
-        if kind == "value":
-            return base
-        return map_leaves(base, lambda keys, v: value_at(keys, dims[keys]) if keys in dims else v)
+        value = get_at(self.peek(_own_path(path, dims))[j], keys)
+        return _copy(value) if copy else value.detach()
 
     def call_args(self, path: tuple[int, ...]) -> tuple[Any, ...]:
         """The per-slice arguments a loop passes to the Function at ``path``."""
-        return tuple(
-            self.assemble(j, lambda keys, dims, j=j: self.leaf(j, keys, dims, path, copy=True))
-            for j in range(len(self.layout))
-        )
+        peek = self.peek
+        out = []
+        for j, (kind, dims, base, batched) in enumerate(self.layout):
+            if kind == "tensor":
+                if batched == "all":
+                    own = path
+                elif batched == "none":
+                    own = ()
+                else:
+                    own = _own_path(path, dims)
+                out.append(_copy(peek(own)[j]))
+            elif kind == "value":
+                out.append(base)
+            else:
+                out.append(
+                    map_leaves(
+                        base,
+                        lambda keys, v, j=j, dims=dims: (
+                            self.leaf(j, keys, dims[keys], path, copy=True) if keys in dims else v
+                        ),
+                    )
+                )
+        return tuple(out)
 
     def batched(self) -> tuple[Any, ...]:
         """Per-slice data stacked into the batched arguments the vmapped call receives."""
@@ -358,20 +380,32 @@ class _Reader:
             ]
             return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
 
-        return tuple(
-            self.assemble(j, lambda keys, dims, j=j: build(j, keys, dims, 0, (), False))
-            for j in range(len(self.layout))
-        )
+        out = []
+        for j, (kind, dims, base, _) in enumerate(self.layout):
+            if kind == "tensor":
+                out.append(build(j, (), dims, 0, (), False))
+            elif kind == "value":
+                out.append(base)
+            else:
+                out.append(
+                    map_leaves(
+                        base,
+                        lambda keys, v, j=j, dims=dims: (
+                            build(j, keys, dims[keys], 0, (), False) if keys in dims else v
+                        ),
+                    )
+                )
+        return tuple(out)
 
 
 def slice_call_args(plan: Plan, slices: SliceSource, path: tuple[int, ...]) -> tuple[Any, ...]:
     """The per-slice arguments a loop passes to the Function at ``path``."""
-    return _Reader(plan, slices).call_args(path)
+    return PlanSlices(plan, slices).call_args(path)
 
 
 def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     """Stack per-slice data into the batched arguments the vmapped call receives."""
-    return _Reader(plan, slices).batched()
+    return PlanSlices(plan, slices).batched()
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
@@ -388,14 +422,17 @@ def loop_reference(
     This never touches the Function's vmap rule: it is the reference for it.
     """
     returned_tuple = False
-    reader = _Reader(plan, slices)
+    reader = PlanSlices(plan, slices)
 
     def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
         nonlocal returned_tuple
         if level == len(plan.levels):
             out = fn(*reader.call_args(path))
             returned_tuple = isinstance(out, (tuple, list))
-            return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
+            detached = []
+            for o in output_leaves(out):
+                detached.append(o.detach() if isinstance(o, torch.Tensor) else o)
+            return tuple(detached)
         lv = plan.levels[level]
         per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
         stacked = []

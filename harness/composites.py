@@ -38,6 +38,7 @@ from .batching import (
     ArgLayout,
     LevelPlan,
     Plan,
+    PlanSlices,
     SliceSource,
     any_batched,
     as_tuple,
@@ -48,7 +49,6 @@ from .batching import (
     nested_plans,
     normalize_dim,
     single_level_plans,
-    slice_call_args,
     unit_choices,
     vmapped,
 )
@@ -363,7 +363,8 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
     fn = _all_outputs(entry)
     stacked, returned_tuple = loop_reference(fn, plan, ctx.slices)
     out_dims = concrete_out_dims(plan, stacked, returned_tuple)
-    batched = build_batched_args(plan, ctx.slices)
+    reader = PlanSlices(plan, ctx.slices)
+    batched = reader.batched()
     cots = random_like(ctx.generator("cotangents"), [stacked[j] for j in view.outs])
 
     def out_dim(level: int, j: int) -> int:
@@ -372,7 +373,7 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
 
     def reference(level: int, path: tuple[int, ...], cs: list[torch.Tensor]) -> list[torch.Tensor]:
         if level == len(plan.levels):
-            args = slice_call_args(plan, ctx.slices, path)
+            args = reader.call_args(path)
             return list(
                 attempt(
                     "per-slice eager vjp (reference)",
