@@ -213,6 +213,13 @@ class SliceSource:
         self._index = sample_index
         self._seed_parts = seed_parts
         self._cache: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        #: Stacked leaves already built for a plan (see ``PlanSlices.batched``), by argument,
+        #: keys, batch dims and batch sizes per level: each is handed out as a copy.
+        self._stacks: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
+        """Where stacked leaves of argument ``index`` are kept between plans and cases."""
+        return self._stacks
 
     def _raw(self, path: tuple[int, ...]) -> tuple[Any, ...]:
         cached = self._cache.get(path)
@@ -356,8 +363,14 @@ class PlanSlices:
         return tuple(out)
 
     def batched(self) -> tuple[Any, ...]:
-        """Per-slice data stacked into the batched arguments the vmapped call receives."""
+        """Per-slice data stacked into the batched arguments the vmapped call receives.
+
+        A stacked leaf is kept by the source (``stacks``) and later plans of the sample get
+        a copy of it: stacking is deterministic, so the copy equals a fresh stack.
+        """
         levels = self.plan.levels
+        sizes = tuple(lv.batch_size for lv in levels)
+        stacks_of = getattr(self.slices, "stacks", None)
 
         def build(
             j: int,
@@ -380,10 +393,20 @@ class PlanSlices:
             ]
             return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
 
+        def stacked(j: int, keys: Keys, dims: tuple[Any, ...]) -> torch.Tensor:
+            kept = stacks_of(j) if stacks_of is not None else None
+            if kept is None or all(d is None for d in dims):
+                return build(j, keys, dims, 0, (), False)
+            key = (j, keys, dims, sizes)
+            t = kept.get(key)
+            if t is None:
+                t = kept[key] = build(j, keys, dims, 0, (), False)
+            return t.clone()
+
         out = []
         for j, (kind, dims, base, _) in enumerate(self.layout):
             if kind == "tensor":
-                out.append(build(j, (), dims, 0, (), False))
+                out.append(stacked(j, (), dims))
             elif kind == "value":
                 out.append(base)
             else:
@@ -391,7 +414,7 @@ class PlanSlices:
                     map_leaves(
                         base,
                         lambda keys, v, j=j, dims=dims: (
-                            build(j, keys, dims[keys], 0, (), False) if keys in dims else v
+                            stacked(j, keys, dims[keys]) if keys in dims else v
                         ),
                     )
                 )
@@ -488,6 +511,9 @@ class RepeatedSlices(SliceSource):
 
     def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
         return self._slices.peek(())
+
+    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
+        return None  # its stacks repeat one slice: never to be mixed with the source's
 
 
 def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) -> list[Any]:

@@ -104,6 +104,8 @@ class WithExtras:
         self._make = make
         self._cache: dict[tuple[int, ...], list[torch.Tensor]] = {}
         self._peeked: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        self._n_args = len(slices.peek(()))
+        self._stacks = getattr(slices, "stacks", None)
 
     def _extras(self, path: tuple[int, ...]) -> list[torch.Tensor]:
         key = tuple(path)
@@ -115,6 +117,13 @@ class WithExtras:
 
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return (*self._slices.args(path), *(e.clone() for e in self._extras(path)))
+
+    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
+        """The source's kept stacks for the Function's arguments; none for the extras (drawn
+        per case)."""
+        if index < self._n_args and self._stacks is not None:
+            return self._stacks(index)
+        return None
 
     def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
         """The cached arguments and extras at ``path``, only to be read (see
