@@ -216,6 +216,8 @@ class SliceSource:
         #: Stacked leaves already built for a plan (see ``PlanSlices.batched``), by argument,
         #: keys, batch dims and batch sizes per level: each is handed out as a copy.
         self._stacks: dict[tuple[Any, ...], torch.Tensor] = {}
+        #: Plan readers by plan id (``PlanSlices.of``): they hold no tensor of their own.
+        self._readers: dict[str, PlanSlices] = {}
 
     def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
         """Where stacked leaves of argument ``index`` are kept between plans and cases."""
@@ -324,6 +326,18 @@ class PlanSlices:
             else:
                 self.layout.append(("value", None, base, ""))
 
+    @classmethod
+    def of(cls, plan: Plan, slices: SliceSource) -> PlanSlices:
+        """The reader of ``plan`` over ``slices``: one kept by a source that keeps them (a
+        sample's ``SliceSource``, by plan id), else a new one."""
+        kept = getattr(slices, "_readers", None)
+        if kept is None:
+            return cls(plan, slices)
+        reader = kept.get(plan.id)
+        if reader is None or reader.plan.levels != plan.levels:
+            reader = kept[plan.id] = cls(plan, slices)
+        return reader
+
     def _dims(self, address: Address) -> tuple[Any, ...]:
         return tuple(leaf_dim(lv, address) for lv in self.plan.levels)
 
@@ -423,12 +437,12 @@ class PlanSlices:
 
 def slice_call_args(plan: Plan, slices: SliceSource, path: tuple[int, ...]) -> tuple[Any, ...]:
     """The per-slice arguments a loop passes to the Function at ``path``."""
-    return PlanSlices(plan, slices).call_args(path)
+    return PlanSlices.of(plan, slices).call_args(path)
 
 
 def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     """Stack per-slice data into the batched arguments the vmapped call receives."""
-    return PlanSlices(plan, slices).batched()
+    return PlanSlices.of(plan, slices).batched()
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
@@ -445,19 +459,25 @@ def loop_reference(
     This never touches the Function's vmap rule: it is the reference for it.
     """
     returned_tuple = False
-    reader = PlanSlices(plan, slices)
+    reader = PlanSlices.of(plan, slices)
+    levels = plan.levels
+    innermost = len(levels) - 1
+
+    def call(path: tuple[int, ...]) -> tuple[Any, ...]:
+        nonlocal returned_tuple
+        out = fn(*reader.call_args(path))
+        returned_tuple = isinstance(out, (tuple, list))
+        detached = []
+        for o in output_leaves(out):
+            detached.append(o.detach() if isinstance(o, torch.Tensor) else o)
+        return tuple(detached)
 
     def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
-        nonlocal returned_tuple
-        if level == len(plan.levels):
-            out = fn(*reader.call_args(path))
-            returned_tuple = isinstance(out, (tuple, list))
-            detached = []
-            for o in output_leaves(out):
-                detached.append(o.detach() if isinstance(o, torch.Tensor) else o)
-            return tuple(detached)
-        lv = plan.levels[level]
-        per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
+        lv = levels[level]
+        if level == innermost:  # the slices themselves, without a frame per slice
+            per_slice = [call((*path, i)) for i in range(lv.batch_size)]
+        else:
+            per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
         stacked = []
         for k, first in enumerate(per_slice[0]):
             if not isinstance(first, torch.Tensor):
@@ -469,7 +489,7 @@ def loop_reference(
             )
         return tuple(stacked)
 
-    outs = run(0, ())
+    outs = run(0, ()) if levels else call(())
     return outs, returned_tuple
 
 

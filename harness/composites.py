@@ -372,7 +372,7 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
     fn = _all_outputs(entry)
     stacked, returned_tuple = loop_reference(fn, plan, ctx.slices)
     out_dims = concrete_out_dims(plan, stacked, returned_tuple)
-    reader = PlanSlices(plan, ctx.slices)
+    reader = PlanSlices.of(plan, ctx.slices)
     batched = reader.batched()
     cots = random_like(ctx.generator("cotangents"), [stacked[j] for j in view.outs])
 

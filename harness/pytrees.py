@@ -25,8 +25,12 @@ def leaves(out: Any) -> tuple[Any, ...]:
     """Every leaf of the outputs, in pytree order (a single tensor gives a 1-tuple)."""
     if isinstance(out, torch.Tensor):  # the common cases, without pytree's flattening
         return (out,)
-    if type(out) in (tuple, list) and all(isinstance(o, torch.Tensor) for o in out):
-        return tuple(out)
+    if type(out) in (tuple, list):
+        for o in out:
+            if not isinstance(o, torch.Tensor):
+                break
+        else:
+            return tuple(out)
     return tuple(pytree.tree_leaves(_top(out)))
 
 
