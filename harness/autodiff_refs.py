@@ -265,12 +265,11 @@ def restricted(
                 c.to(d) if d is not None and isinstance(c, torch.Tensor) else c
                 for c, d in zip(call, cast_to)
             ]
-        call = [
-            c.clone() if k in inplace and isinstance(c, torch.Tensor) else c
-            for k, c in enumerate(call)
-        ]
+        for k in inplace:
+            if 0 <= k < len(call) and isinstance(call[k], torch.Tensor):
+                call[k] = call[k].clone()
         out = as_tuple(entry.call(*call))
-        return tuple(out[j] for j in outputs)
+        return tuple([out[j] for j in outputs])
 
     return f
 

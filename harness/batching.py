@@ -366,14 +366,11 @@ class PlanSlices:
             elif kind == "value":
                 out.append(base)
             else:
-                out.append(
-                    map_leaves(
-                        base,
-                        lambda keys, v, j=j, dims=dims: (
-                            self.leaf(j, keys, dims[keys], path, copy=True) if keys in dims else v
-                        ),
-                    )
-                )
+
+                def copied(keys: Keys, v: Any, j: int = j, dims: Any = dims) -> Any:
+                    return self.leaf(j, keys, dims[keys], path, copy=True) if keys in dims else v
+
+                out.append(map_leaves(base, copied))
         return tuple(out)
 
     def batched(self) -> tuple[Any, ...]:
@@ -424,14 +421,11 @@ class PlanSlices:
             elif kind == "value":
                 out.append(base)
             else:
-                out.append(
-                    map_leaves(
-                        base,
-                        lambda keys, v, j=j, dims=dims: (
-                            stacked(j, keys, dims[keys]) if keys in dims else v
-                        ),
-                    )
-                )
+
+                def stacked_leaf(keys: Keys, v: Any, j: int = j, dims: Any = dims) -> Any:
+                    return stacked(j, keys, dims[keys]) if keys in dims else v
+
+                out.append(map_leaves(base, stacked_leaf))
         return tuple(out)
 
 
@@ -445,9 +439,8 @@ def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     return PlanSlices.of(plan, slices).batched()
 
 
-def as_tuple(out: Any) -> tuple[Any, ...]:
-    """A Function's outputs as the flat tuple of their pytree leaves (see ``pytrees``)."""
-    return output_leaves(out)
+#: A Function's outputs as the flat tuple of their pytree leaves (``pytrees.leaves``).
+as_tuple = output_leaves
 
 
 def loop_reference(
