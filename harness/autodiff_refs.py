@@ -33,7 +33,7 @@ from .checks import (
     Unsupported,
 )
 from .compare import compare_tensors, nonfinite_message
-from .pytrees import FlatCall, top_level_leaves
+from .pytrees import FlatCall
 
 #: Above this many Jacobian columns (input elements), vjp references use the identity
 #: <J t, c> = <t, J^T c> with random directions instead of the full FD Jacobian.
@@ -397,7 +397,7 @@ def diff_view(ctx: CaseContext) -> DiffView:
     # Autograd tracks only the top-level tensors of a Function's outputs: leaves nested in
     # a dict, list or tuple inside the outputs are not differentiable.
     names = flat.names()
-    top = top_level_leaves(flat.spec) if flat.spec is not None else set(range(len(outputs)))
+    top = flat.top_level(len(outputs))
     outs = tuple(
         j
         for j, o in enumerate(outputs)

@@ -11,7 +11,7 @@ import torch.utils._pytree as pytree
 from torch.testing._comparison import default_tolerances
 
 from .checks import NonFiniteSample
-from .pytrees import describe_structure, leaf_names, leaves, spec_names
+from .pytrees import describe_structure, flat_kind, leaf_names, leaves, spec_names
 
 
 def _fmt(x: float) -> str:
@@ -192,8 +192,22 @@ def compare_outputs(
     leaves with ``==``. A leaf is named by its path (``output 1['var']``); ``names``
     renames the top-level outputs (or, for flat outputs, every leaf).
     """
-    a_leaves, a_spec = pytree.tree_flatten(_top(actual))
-    e_leaves, e_spec = pytree.tree_flatten(_top(expected))
+    a_top, e_top = _top(actual), _top(expected)
+    kind = flat_kind(e_top)
+    if kind is not None and flat_kind(a_top) == kind:  # flat tensors: no pytree needed
+        return _compare_leaves(
+            list(a_top),
+            list(e_top),
+            [
+                names[k] if names is not None and k < len(names) else f"output {k}"
+                for k in range(kind[1])
+            ],
+            rtol=rtol,
+            atol=atol,
+            label=label,
+        )
+    a_leaves, a_spec = pytree.tree_flatten(a_top)
+    e_leaves, e_spec = pytree.tree_flatten(e_top)
     if a_spec != e_spec:
         if len(a_leaves) != len(e_leaves) and _is_flat(a_spec) and _is_flat(e_spec):
             return [f"{label}: {len(a_leaves)} outputs, reference {len(e_leaves)}"]
@@ -201,7 +215,20 @@ def compare_outputs(
             f"{label}: outputs structured as {describe_structure(a_spec)}, reference "
             f"{describe_structure(e_spec)}"
         ]
-    leaf_names = spec_names(e_spec, names)
+    return _compare_leaves(
+        a_leaves, e_leaves, spec_names(e_spec, names), rtol=rtol, atol=atol, label=label
+    )
+
+
+def _compare_leaves(
+    a_leaves: Sequence[Any],
+    e_leaves: Sequence[Any],
+    leaf_names: Sequence[str],
+    *,
+    rtol: float,
+    atol: float,
+    label: str,
+) -> list[str]:
     problems = []
     for name, a, e in zip(leaf_names, a_leaves, e_leaves):
         if isinstance(e, torch.Tensor):
