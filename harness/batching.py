@@ -190,7 +190,7 @@ def _slice_key(path: tuple[int, ...]) -> tuple[int, ...]:
 def _fresh(a: Any) -> Any:
     """A fresh copy of one argument (tensor leaves cloned, plain values shared)."""
     if isinstance(a, torch.Tensor):
-        return a.detach().clone()
+        return _copy(a)
     return clone_tensors(a) if is_container(a) else a
 
 
@@ -283,7 +283,8 @@ def _own_path(path: tuple[int, ...], dims: tuple[Any, ...]) -> tuple[int, ...]:
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().clone() if t.requires_grad else t.clone()
+    """A copy of a cached tensor, cut from any autograd graph and forward-mode tangent."""
+    return t.detach().clone()
 
 
 class PlanSlices:

@@ -104,6 +104,8 @@ class WithExtras:
         self._make = make
         self._cache: dict[tuple[int, ...], list[torch.Tensor]] = {}
         self._peeked: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        #: Plan readers (``PlanSlices.of``): the loop and the batched call of a case share one.
+        self._readers: dict[str, PlanSlices] = {}
         self._n_args = len(slices.peek(()))
         self._stacks = getattr(slices, "stacks", None)
 
