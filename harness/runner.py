@@ -146,10 +146,32 @@ def selected_checks(options: Options) -> list[str]:
     return names
 
 
+#: Plans already generated, by plan generator, layout and options (see ``_plans``).
+_PLANS: dict[tuple[Any, ...], tuple[Plan | None, ...]] = {}
+_PLANS_MAX = 4096
+
+
+def _plans(spec: Any, layout: ArgLayout, options: Options) -> tuple[Plan | None, ...]:
+    """``spec.plans(layout, options)``, generated once per distinct layout: generation is a
+    deterministic function of the two (samples of many entries share a layout), and plans
+    are frozen, so every case of that layout can share them."""
+    key = (spec.plans, repr(layout), options)
+    try:
+        plans = _PLANS.get(key)
+    except TypeError:  # options with an unhashable field: generate every time
+        return tuple(spec.plans(layout, options))
+    if plans is None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.pop(next(iter(_PLANS)))
+        plans = _PLANS[key] = tuple(spec.plans(layout, options))
+    return plans
+
+
 def enumerate_cases(data: EntryData) -> list[Case]:
     entry, options = data.entry, data.options
     cases: list[Case] = []
     samples: tuple[Sample, ...] | None = None
+    layouts: list[ArgLayout] = []
     dtype_reason = ""
     if entry.dtypes and options.dtype is not None and options.dtype not in entry.dtypes:
         declared = ", ".join(str(d).replace("torch.", "") for d in entry.dtypes)
@@ -166,9 +188,9 @@ def enumerate_cases(data: EntryData) -> list[Case]:
             continue
         if samples is None:
             samples = data.base_samples()
-        for i, sample in enumerate(samples):
-            layout = ArgLayout.of(sample, entry.linked_args)
-            for plan in spec.plans(layout, options):
+            layouts = [ArgLayout.of(sample, entry.linked_args) for sample in samples]
+        for i, (sample, layout) in enumerate(zip(samples, layouts)):
+            for plan in _plans(spec, layout, options):
                 cases.append(
                     Case(
                         case_id(entry.name, check, i, plan), entry.name, check, i, sample.name, plan

@@ -284,3 +284,24 @@ def test_a_plan_id_is_worked_out_once_and_never_shared_with_another_plan():
     other = dataclasses.replace(plan, levels=(LevelPlan(3, (None, -1)),))
     assert other.id == "in_dims=(None,-1),B=3"
     assert plan == Plan((LevelPlan(2, (0, None)),))  # the kept id is no field
+
+
+def test_plans_are_generated_once_per_layout_and_options():
+    from harness import runner
+    from harness.checks import get_check
+    from harness.options import Options
+
+    spec = get_check("vmap")
+    lay = ArgLayout.of(Sample((torch.zeros(2, 3), torch.zeros(3))))
+    same = ArgLayout.of(Sample((torch.ones(2, 3), torch.ones(3))))  # other values, same layout
+    options = Options()
+    first = runner._plans(spec, lay, options)
+    assert runner._plans(spec, same, options) is first
+    assert [p.id for p in first] == [p.id for p in spec.plans(lay, options)]
+    capped = runner._plans(spec, lay, Options(plan_cap=3))
+    assert [p.id for p in capped] == [p.id for p in spec.plans(lay, Options(plan_cap=3))]
+    assert [p.id for p in capped] != [p.id for p in first]
+    other = ArgLayout.of(Sample((torch.zeros(2, 3), (torch.zeros(3), torch.zeros(3)))))
+    assert [p.id for p in runner._plans(spec, other, options)] == [
+        p.id for p in spec.plans(other, options)
+    ]
