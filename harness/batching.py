@@ -190,7 +190,7 @@ def _slice_key(path: tuple[int, ...]) -> tuple[int, ...]:
 def _fresh(a: Any) -> Any:
     """A fresh copy of one argument (tensor leaves cloned, plain values shared)."""
     if isinstance(a, torch.Tensor):
-        return _copy(a)
+        return a.detach().clone()
     return clone_tensors(a) if is_container(a) else a
 
 
@@ -363,7 +363,7 @@ class PlanSlices:
                     own = ()
                 else:
                     own = _own_path(path, dims)
-                out.append(_copy(peek(own)[j]))
+                out.append(peek(own)[j].detach().clone())  # its own copy (see ``_copy``)
             elif kind == "value":
                 out.append(base)
             else:
