@@ -59,10 +59,12 @@ def compare_tensors(
         default_rtol, default_atol = default_tolerances(actual, expected)
         rtol = default_rtol if rtol is None else rtol
         atol = default_atol if atol is None else atol
-    a = actual.detach().cpu()
-    e = expected.detach().cpu()
-    if not (a.is_floating_point() or a.is_complex()) and not (
-        e.is_floating_point() or e.is_complex()
+    a, e = actual.detach(), expected.detach()
+    if a.device.type != "cpu":
+        a, e = a.cpu(), e.cpu()
+    a_type, e_type = a.dtype, e.dtype
+    if not (a_type.is_floating_point or a_type.is_complex) and not (
+        e_type.is_floating_point or e_type.is_complex
     ):
         diff = a != e
         if not bool(diff.any()):
@@ -75,11 +77,11 @@ def compare_tensors(
         )
     if finite_reference:
         require_finite(e, label)
-    if a.dtype == e.dtype and torch.equal(a, e):
+    if a_type == e_type and torch.equal(a, e):
         return None  # equal values are close (NaN is never equal: isclose decides)
-    wide = torch.complex128 if (a.is_complex() or e.is_complex()) else torch.float64
-    a64 = a if a.dtype == wide else a.to(wide)
-    e64 = e if e.dtype == wide else e.to(wide)
+    wide = torch.complex128 if (a_type.is_complex or e_type.is_complex) else torch.float64
+    a64 = a if a_type == wide else a.to(wide)
+    e64 = e if e_type == wide else e.to(wide)
     # torch.isclose semantics (|a - e| <= atol + rtol * |e|, NaN equal to NaN, an infinity
     # equal only to itself): the predicate of torch.testing.assert_close.
     bad = ~torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
@@ -95,7 +97,7 @@ def compare_tensors(
 
 def nonfinite_phrase(t: torch.Tensor) -> str:
     """``NaN``, ``inf`` or ``NaN and inf`` for a tensor with non-finite values, else ""."""
-    if not (t.is_floating_point() or t.is_complex()):
+    if not (t.dtype.is_floating_point or t.dtype.is_complex):
         return ""
     # A finite sum has no NaN or infinity in it (one op, where isfinite().all() is two); a
     # sum that overflows is looked at element by element.
