@@ -33,7 +33,7 @@ from .checks import (
     Unsupported,
 )
 from .compare import compare_tensors, nonfinite_message
-from .pytrees import FlatCall, top_level_leaves
+from .pytrees import FlatCall
 
 #: Above this many Jacobian columns (input elements), vjp references use the identity
 #: <J t, c> = <t, J^T c> with random directions instead of the full FD Jacobian.
@@ -265,12 +265,11 @@ def restricted(
                 c.to(d) if d is not None and isinstance(c, torch.Tensor) else c
                 for c, d in zip(call, cast_to)
             ]
-        call = [
-            c.clone() if k in inplace and isinstance(c, torch.Tensor) else c
-            for k, c in enumerate(call)
-        ]
+        for k in inplace:
+            if 0 <= k < len(call) and isinstance(call[k], torch.Tensor):
+                call[k] = call[k].clone()
         out = as_tuple(entry.call(*call))
-        return tuple(out[j] for j in outputs)
+        return tuple([out[j] for j in outputs])
 
     return f
 
@@ -398,7 +397,7 @@ def diff_view(ctx: CaseContext) -> DiffView:
     # Autograd tracks only the top-level tensors of a Function's outputs: leaves nested in
     # a dict, list or tuple inside the outputs are not differentiable.
     names = flat.names()
-    top = top_level_leaves(flat.spec) if flat.spec is not None else set(range(len(outputs)))
+    top = flat.top_level(len(outputs))
     outs = tuple(
         j
         for j, o in enumerate(outputs)
@@ -418,14 +417,15 @@ def diff_view(ctx: CaseContext) -> DiffView:
 def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Standard normal tensors shaped and typed like ``likes`` (drawn in float64; complex
     ones get a random imaginary part too, so a forgotten conjugate shows)."""
-    return [
-        torch.randn(
+    out = []
+    for t in likes:
+        drawn = torch.randn(
             t.shape, generator=gen, dtype=torch.complex128 if t.is_complex() else torch.float64
         )
-        .to(t.dtype)
-        .to(t.device)
-        for t in likes
-    ]
+        if drawn.dtype != t.dtype:
+            drawn = drawn.to(t.dtype)
+        out.append(drawn if drawn.device == t.device else drawn.to(t.device))
+    return out
 
 
 def noncontiguous(t: torch.Tensor) -> torch.Tensor:

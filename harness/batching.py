@@ -26,6 +26,7 @@ one unit); each takes one of ``None``, ``0``, an interior position and ``-1``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from autograd_function_db.entry import Sample
 from .pairwise import exhaustive_rows, pairwise_rows
 from .pytree_args import (
     Address,
+    Keys,
     clone_tensors,
     dim_at,
     fmt,
@@ -47,6 +49,7 @@ from .pytree_args import (
     leaves,
     map_leaves,
 )
+from .pytrees import leaves as output_leaves
 
 #: ``out_dims`` may be an int, or "mid": an interior position resolved per output at run time.
 OutDim = int | str
@@ -84,6 +87,18 @@ class Plan:
 
     @property
     def id(self) -> str:
+        # Worked out once per plan (ids name every case and label every message); the
+        # dataclass is frozen, so the cached text cannot go stale.
+        cached = self.__dict__.get("_id")
+        if cached is None:
+            cached = self._make_id()
+            object.__setattr__(self, "_id", cached)
+        return cached
+
+    def _make_id(self) -> str:
+        return self._levels_id()
+
+    def _levels_id(self) -> str:
         nested = len(self.levels) > 1
         return "|".join(
             lv.describe(show_size=nested or lv.batch_size != DEFAULT_BATCH_SIZE)
@@ -164,12 +179,28 @@ def sample_seed(*parts: object) -> int:
     return derive_seed(*parts) % SAMPLE_SEED_LIMIT
 
 
+def _slice_key(path: tuple[int, ...]) -> tuple[int, ...]:
+    """Trailing zeros do not change the slice: (0,) and (0, 0) are the same base slice."""
+    key = tuple(path)
+    while key and key[-1] == 0:
+        key = key[:-1]
+    return key
+
+
+def _fresh(a: Any) -> Any:
+    """A fresh copy of one argument (tensor leaves cloned, plain values shared)."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().clone()
+    return clone_tensors(a) if is_container(a) else a
+
+
 class SliceSource:
     """Per-slice argument tuples for one sample, drawn from the generator with derived seeds.
 
     ``args(path)`` gives fresh copies (so in-place Functions never corrupt the
     cache): ``path`` is the index of the slice at each level, outermost first.
-    The all-zero path is the base sample. Data is drawn once per path and cached.
+    The all-zero path is the base sample. Data is drawn once per path and cached
+    (one source serves every case of a sample: nothing cached is ever handed out).
     """
 
     def __init__(
@@ -182,12 +213,21 @@ class SliceSource:
         self._index = sample_index
         self._seed_parts = seed_parts
         self._cache: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        #: Stacked leaves already built for a plan (see ``PlanSlices.batched``), by argument,
+        #: keys, batch dims and batch sizes per level: each is handed out as a copy.
+        self._stacks: dict[tuple[Any, ...], torch.Tensor] = {}
+        #: Plan readers by plan id (``PlanSlices.of``): they hold no tensor of their own.
+        self._readers: dict[str, PlanSlices] = {}
+
+    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
+        """Where stacked leaves of argument ``index`` are kept between plans and cases."""
+        return self._stacks
 
     def _raw(self, path: tuple[int, ...]) -> tuple[Any, ...]:
-        key = tuple(path)
-        # Trailing zeros do not change the slice: (0,) and (0, 0) are the same base slice.
-        while key and key[-1] == 0:
-            key = key[:-1]
+        cached = self._cache.get(path)
+        if cached is not None:
+            return cached
+        key = _slice_key(path)
         if key not in self._cache:
             seed = sample_seed(*self._seed_parts, "slice", key)
             samples = list(self._draw(seed))
@@ -197,17 +237,22 @@ class SliceSource:
                     f"fewer than for the base seed; the count must not depend on the seed"
                 )
             self._cache[key] = samples[self._index].args
+        self._cache[tuple(path)] = self._cache[key]
         return self._cache[key]
 
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
-        return tuple(clone_tensors(a) for a in self._raw(path))
+        return tuple(_fresh(a) for a in self._raw(path))
+
+    #: The cached arguments at a path themselves, for a caller that only reads them and
+    #: never hands them out (the batching helpers copy what they pass on).
+    peek = _raw
 
     def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
         """Argument ``index`` at ``path``: a fresh copy, or (``copy=False``) the cached tensor
         detached, for a caller that only reads it (``torch.stack`` copies anyway)."""
         a = self._raw(path)[index]
         if copy:
-            return clone_tensors(a)
+            return _fresh(a)
         return a.detach() if isinstance(a, torch.Tensor) else a
 
 
@@ -231,67 +276,172 @@ def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
     return leaf_path(plan, (arg,), path)
 
 
-def _read_arg(slices: SliceSource, path: tuple[int, ...], j: int) -> Any:
-    """Argument ``j`` at ``path``, only to be read: the cached one where the source gives
-    it (``SliceSource.arg``), so the other arguments are not copied for it."""
-    one = getattr(slices, "arg", None)
-    return one(path, j, copy=False) if one is not None else slices.args(path)[j]
+def _own_path(path: tuple[int, ...], dims: tuple[Any, ...]) -> tuple[int, ...]:
+    """The slice a leaf with batch ``dims`` per level takes at ``path``: index 0 at every
+    level that does not batch it."""
+    return tuple([i if d is not None else 0 for i, d in zip(path, dims)])
 
 
-def _leaf(slices: SliceSource, path: tuple[int, ...], address: Address, copy: bool) -> Any:
-    """The tensor leaf at ``address`` of the slice at ``path``: its own copy, or (``copy=False``,
-    for a caller that only reads it, as ``torch.stack`` does) the cached tensor detached."""
-    leaf = get_at(_read_arg(slices, path, address[0]), tuple(address[1:]))
-    return leaf.detach().clone() if copy else leaf.detach()
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of a cached tensor, cut from any autograd graph and forward-mode tangent."""
+    return t.detach().clone()
 
 
-def _assemble(slices: SliceSource, j: int, value_at: Callable[[Address], Any]) -> Any:
-    """Argument ``j`` with each tensor leaf from ``value_at(address)`` (plain values: base)."""
-    base = _read_arg(slices, (), j)
-    if not is_container(base):
-        return value_at((j,)) if isinstance(base, torch.Tensor) else base
-    return map_leaves(
-        base, lambda keys, v: value_at((j, *keys)) if isinstance(v, torch.Tensor) else v
-    )
+class PlanSlices:
+    """One plan's per-slice and batched arguments: which levels batch each leaf is worked out
+    once per plan, not once per leaf and slice (a loop reference reads every slice). Every
+    tensor handed out is a copy or a stack, never the source's cached data."""
+
+    def __init__(self, plan: Plan, slices: SliceSource) -> None:
+        self.plan = plan
+        self.slices = slices
+        peek = getattr(slices, "peek", None)
+        #: The cached arguments at a path, only to be read (``SliceSource.peek``); a source
+        #: without it gives copies (then each leaf is copied twice, never shared).
+        self.peek: Callable[[tuple[int, ...]], tuple[Any, ...]] = (
+            peek if peek is not None else slices.args
+        )
+        n = len(plan.levels[0].in_dims)
+        base_args = self.peek(())
+        #: Per argument: (kind, dims, base, batched): a plain value (its base value is
+        #: passed), a tensor (its batch dim per level; ``batched``: at every level, at none,
+        #: or at some), or a container (its base value and the dims per level of each tensor
+        #: leaf, by keys).
+        self.layout: list[tuple[str, Any, Any, str]] = []
+        for j in range(n):
+            base = base_args[j]
+            if isinstance(base, torch.Tensor):
+                dims = self._dims((j,))
+                every = all(d is not None for d in dims)
+                none = all(d is None for d in dims)
+                self.layout.append(
+                    ("tensor", dims, None, "all" if every else "none" if none else "some")
+                )
+            elif is_container(base):
+                per_leaf = {
+                    keys: self._dims((j, *keys))
+                    for keys, v in leaves(base)
+                    if isinstance(v, torch.Tensor)
+                }
+                self.layout.append(("container", per_leaf, base, ""))
+            else:
+                self.layout.append(("value", None, base, ""))
+
+    @classmethod
+    def of(cls, plan: Plan, slices: SliceSource) -> PlanSlices:
+        """The reader of ``plan`` over ``slices``: one kept by a source that keeps them (a
+        sample's ``SliceSource``, by plan id), else a new one."""
+        kept = getattr(slices, "_readers", None)
+        if kept is None:
+            return cls(plan, slices)
+        reader = kept.get(plan.id)
+        if reader is None or reader.plan.levels != plan.levels:
+            reader = kept[plan.id] = cls(plan, slices)
+        return reader
+
+    def _dims(self, address: Address) -> tuple[Any, ...]:
+        return tuple(leaf_dim(lv, address) for lv in self.plan.levels)
+
+    def leaf(
+        self, j: int, keys: Keys, dims: tuple[Any, ...], path: tuple[int, ...], copy: bool
+    ) -> Any:
+        """The tensor leaf ``keys`` of argument ``j`` in the slice at ``path`` (index 0 at every
+        level that does not batch it): its own copy, or (``copy=False``, for a caller that only
+        reads it, as ``torch.stack`` does) the cached tensor detached."""
+        value = get_at(self.peek(_own_path(path, dims))[j], keys)
+        return _copy(value) if copy else value.detach()
+
+    def call_args(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        """The per-slice arguments a loop passes to the Function at ``path``."""
+        peek = self.peek
+        out = []
+        for j, (kind, dims, base, batched) in enumerate(self.layout):
+            if kind == "tensor":
+                if batched == "all":
+                    own = path
+                elif batched == "none":
+                    own = ()
+                else:
+                    own = _own_path(path, dims)
+                out.append(peek(own)[j].detach().clone())  # its own copy (see ``_copy``)
+            elif kind == "value":
+                out.append(base)
+            else:
+
+                def copied(keys: Keys, v: Any, j: int = j, dims: Any = dims) -> Any:
+                    return self.leaf(j, keys, dims[keys], path, copy=True) if keys in dims else v
+
+                out.append(map_leaves(base, copied))
+        return tuple(out)
+
+    def batched(self) -> tuple[Any, ...]:
+        """Per-slice data stacked into the batched arguments the vmapped call receives.
+
+        A stacked leaf is kept by the source (``stacks``) and later plans of the sample get
+        a copy of it: stacking is deterministic, so the copy equals a fresh stack.
+        """
+        levels = self.plan.levels
+        sizes = tuple(lv.batch_size for lv in levels)
+        stacks_of = getattr(self.slices, "stacks", None)
+
+        def build(
+            j: int,
+            keys: Keys,
+            dims: tuple[Any, ...],
+            level: int,
+            path: tuple[int, ...],
+            stacked: bool,
+        ) -> Any:
+            if level == len(levels):
+                # Under a stack the slice is only read; a leaf batched at no level is the
+                # slice itself, so it gets its own copy (in-place Functions modify it).
+                return self.leaf(j, keys, dims, path, copy=not stacked)
+            dim = dims[level]
+            if dim is None:
+                return build(j, keys, dims, level + 1, (*path, 0), stacked)
+            parts = [
+                build(j, keys, dims, level + 1, (*path, i), True)
+                for i in range(levels[level].batch_size)
+            ]
+            return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
+
+        def stacked(j: int, keys: Keys, dims: tuple[Any, ...]) -> torch.Tensor:
+            kept = stacks_of(j) if stacks_of is not None else None
+            if kept is None or all(d is None for d in dims):
+                return build(j, keys, dims, 0, (), False)
+            key = (j, keys, dims, sizes)
+            t = kept.get(key)
+            if t is None:
+                t = kept[key] = build(j, keys, dims, 0, (), False)
+            return t.clone()
+
+        out = []
+        for j, (kind, dims, base, _) in enumerate(self.layout):
+            if kind == "tensor":
+                out.append(stacked(j, (), dims))
+            elif kind == "value":
+                out.append(base)
+            else:
+
+                def stacked_leaf(keys: Keys, v: Any, j: int = j, dims: Any = dims) -> Any:
+                    return stacked(j, keys, dims[keys]) if keys in dims else v
+
+                out.append(map_leaves(base, stacked_leaf))
+        return tuple(out)
 
 
 def slice_call_args(plan: Plan, slices: SliceSource, path: tuple[int, ...]) -> tuple[Any, ...]:
     """The per-slice arguments a loop passes to the Function at ``path``."""
-    n = len(plan.levels[0].in_dims)
-    return tuple(
-        _assemble(
-            slices,
-            j,
-            lambda a: _leaf(slices, leaf_path(plan, a, path), a, copy=True),
-        )
-        for j in range(n)
-    )
+    return PlanSlices.of(plan, slices).call_args(path)
 
 
 def build_batched_args(plan: Plan, slices: SliceSource) -> tuple[Any, ...]:
     """Stack per-slice data into the batched arguments the vmapped call receives."""
-    n = len(plan.levels[0].in_dims)
-
-    def build(address: Address, level: int, path: tuple[int, ...], stacked: bool) -> Any:
-        if level == len(plan.levels):
-            # Under a stack the slice is only read; a leaf batched at no level is the
-            # slice itself, so it gets its own copy (in-place Functions modify it).
-            return _leaf(slices, leaf_path(plan, address, path), address, copy=not stacked)
-        lv = plan.levels[level]
-        dim = leaf_dim(lv, address)
-        if dim is None:
-            return build(address, level + 1, (*path, 0), stacked)
-        parts = [build(address, level + 1, (*path, i), True) for i in range(lv.batch_size)]
-        return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
-
-    return tuple(_assemble(slices, j, lambda a: build(a, 0, (), False)) for j in range(n))
+    return PlanSlices.of(plan, slices).batched()
 
 
-def as_tuple(out: Any) -> tuple[Any, ...]:
-    """A Function's outputs as the flat tuple of their pytree leaves (see ``pytrees``)."""
-    from .pytrees import leaves
-
-    return leaves(out)
+#: A Function's outputs as the flat tuple of their pytree leaves (``pytrees.leaves``).
+as_tuple = output_leaves
 
 
 def loop_reference(
@@ -303,15 +453,25 @@ def loop_reference(
     This never touches the Function's vmap rule: it is the reference for it.
     """
     returned_tuple = False
+    reader = PlanSlices.of(plan, slices)
+    levels = plan.levels
+    innermost = len(levels) - 1
+
+    def call(path: tuple[int, ...]) -> tuple[Any, ...]:
+        nonlocal returned_tuple
+        out = fn(*reader.call_args(path))
+        returned_tuple = isinstance(out, (tuple, list))
+        detached = []
+        for o in output_leaves(out):
+            detached.append(o.detach() if isinstance(o, torch.Tensor) else o)
+        return tuple(detached)
 
     def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
-        nonlocal returned_tuple
-        if level == len(plan.levels):
-            out = fn(*slice_call_args(plan, slices, path))
-            returned_tuple = isinstance(out, (tuple, list))
-            return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
-        lv = plan.levels[level]
-        per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
+        lv = levels[level]
+        if level == innermost:  # the slices themselves, without a frame per slice
+            per_slice = [call((*path, i)) for i in range(lv.batch_size)]
+        else:
+            per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
         stacked = []
         for k, first in enumerate(per_slice[0]):
             if not isinstance(first, torch.Tensor):
@@ -323,7 +483,7 @@ def loop_reference(
             )
         return tuple(stacked)
 
-    outs = run(0, ())
+    outs = run(0, ()) if levels else call(())
     return outs, returned_tuple
 
 
@@ -362,6 +522,12 @@ class RepeatedSlices(SliceSource):
 
     def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
         return self._slices.arg((), index, copy=copy)
+
+    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        return self._slices.peek(())
+
+    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
+        return None  # its stacks repeat one slice: never to be mixed with the source's
 
 
 def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) -> list[Any]:
@@ -494,13 +660,37 @@ def unit_choices(
     return choices
 
 
+def any_batched(row: tuple[int, ...]) -> bool:
+    """The rows plans keep: some unit batched (index 0 of every domain is "unbatched")."""
+    return any(r != 0 for r in row)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rows_any_batched(
+    sizes: tuple[int, ...], cap: int, seed: int
+) -> tuple[tuple[tuple[int, ...], ...], str]:
+    rows, strategy = _choose_rows(sizes, cap, seed, any_batched)
+    return tuple(rows), strategy
+
+
 def choose_rows(
     sizes: Sequence[int], cap: int, seed: int, allowed: Callable[[tuple[int, ...]], bool]
 ) -> tuple[list[tuple[int, ...]], str]:
     """Every allowed combination when there are at most ``cap``, else a pairwise covering array.
 
     Index 0 of every domain is "unbatched"; the pairwise rows start from index 1 (all at 0).
+    The rows are a function of the arguments alone, so those of ``any_batched`` (every
+    plan generator's) are worked out once per domain sizes, not once per sample and check.
     """
+    if allowed is any_batched:
+        rows, strategy = _rows_any_batched(tuple(sizes), cap, seed)
+        return list(rows), strategy
+    return _choose_rows(sizes, cap, seed, allowed)
+
+
+def _choose_rows(
+    sizes: Sequence[int], cap: int, seed: int, allowed: Callable[[tuple[int, ...]], bool]
+) -> tuple[list[tuple[int, ...]], str]:
     total = 1
     for s in sizes:
         total *= s
@@ -524,10 +714,7 @@ def _level_rows(
     if not per_unit:
         return [], EXHAUSTIVE
 
-    def batched(row: tuple[int, ...]) -> bool:
-        return any(r != 0 for r in row)
-
-    rows, strategy = choose_rows([len(c) for c in per_unit], cap, seed, batched)
+    rows, strategy = choose_rows([len(c) for c in per_unit], cap, seed, any_batched)
     out = []
     for row in rows:
         assignment: dict[Address, Any] = {}
@@ -664,9 +851,8 @@ class HazardPlan(Plan):
 
     hazard: int = 0
 
-    @property
-    def id(self) -> str:
-        return f"{Plan.id.fget(self)},hazard={self.hazard}"  # type: ignore[attr-defined]
+    def _make_id(self) -> str:
+        return f"{self._levels_id()},hazard={self.hazard}"
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

@@ -38,7 +38,9 @@ from .batching import (
     ArgLayout,
     LevelPlan,
     Plan,
+    PlanSlices,
     SliceSource,
+    any_batched,
     as_tuple,
     build_batched_args,
     choose_rows,
@@ -47,7 +49,6 @@ from .batching import (
     nested_plans,
     normalize_dim,
     single_level_plans,
-    slice_call_args,
     unit_choices,
     vmapped,
 )
@@ -69,9 +70,8 @@ class CompositePlan(Plan):
     extra_name: str = "cotangents"
     extra_dims: tuple[int | None, ...] = ()
 
-    @property
-    def id(self) -> str:
-        parts = Plan.id.fget(self).split("|")  # type: ignore[attr-defined]
+    def _make_id(self) -> str:
+        parts = self._levels_id().split("|")
         return "|".join(
             f"{p},{self.extra_name}={'None' if d is None else d}"
             for p, d in zip(parts, self.extra_dims)
@@ -103,14 +103,38 @@ class WithExtras:
         self._slices = slices
         self._make = make
         self._cache: dict[tuple[int, ...], list[torch.Tensor]] = {}
+        self._peeked: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        #: Plan readers (``PlanSlices.of``): the loop and the batched call of a case share one.
+        self._readers: dict[str, PlanSlices] = {}
+        self._n_args = len(slices.peek(()))
+        self._stacks = getattr(slices, "stacks", None)
 
-    def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
+    def _extras(self, path: tuple[int, ...]) -> list[torch.Tensor]:
         key = tuple(path)
         while key and key[-1] == 0:
             key = key[:-1]
         if key not in self._cache:
             self._cache[key] = self._make(key)
-        return (*self._slices.args(path), *(e.clone() for e in self._cache[key]))
+        return self._cache[key]
+
+    def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
+        return (*self._slices.args(path), *(e.clone() for e in self._extras(path)))
+
+    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
+        """The source's kept stacks for the Function's arguments; none for the extras (drawn
+        per case)."""
+        if index < self._n_args and self._stacks is not None:
+            return self._stacks(index)
+        return None
+
+    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        """The cached arguments and extras at ``path``, only to be read (see
+        ``SliceSource.peek``): nothing is copied for a caller that wants one leaf."""
+        key = tuple(path)
+        both = self._peeked.get(key)
+        if both is None:
+            both = self._peeked[key] = (*self._slices.peek(path), *self._extras(path))
+        return both
 
 
 #: Positions of the extras (cotangents or tangents): all of them share one batch dim per level.
@@ -130,7 +154,7 @@ def _composite_plans(extra_name: str) -> Callable[[ArgLayout, Options], list[Pla
         cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
         per_unit = [unit_choices(layout, u) for u in units]
         sizes = [*(len(c) for c in per_unit), len(EXTRA_CHOICES)]
-        rows, strategy = choose_rows(sizes, cap, options.seed, lambda r: any(v != 0 for v in r))
+        rows, strategy = choose_rows(sizes, cap, options.seed, any_batched)
         candidates: list[Plan] = []
         for row in rows:
             assignment: dict[Any, Any] = {}
@@ -350,7 +374,8 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
     fn = _all_outputs(entry)
     stacked, returned_tuple = loop_reference(fn, plan, ctx.slices)
     out_dims = concrete_out_dims(plan, stacked, returned_tuple)
-    batched = build_batched_args(plan, ctx.slices)
+    reader = PlanSlices.of(plan, ctx.slices)
+    batched = reader.batched()
     cots = random_like(ctx.generator("cotangents"), [stacked[j] for j in view.outs])
 
     def out_dim(level: int, j: int) -> int:
@@ -359,7 +384,7 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
 
     def reference(level: int, path: tuple[int, ...], cs: list[torch.Tensor]) -> list[torch.Tensor]:
         if level == len(plan.levels):
-            args = slice_call_args(plan, ctx.slices, path)
+            args = reader.call_args(path)
             return list(
                 attempt(
                     "per-slice eager vjp (reference)",

@@ -67,6 +67,8 @@ def tensor_leaves(x: Any) -> list[tuple[Keys, torch.Tensor]]:
 
 def clone_tensors(x: Any) -> Any:
     """Fresh copies of every tensor leaf (plain values are shared)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
     return map_leaves(x, lambda _, v: v.detach().clone() if isinstance(v, torch.Tensor) else v)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 import torch.utils._pytree as pytree
 
 
@@ -22,6 +23,14 @@ def _top(out: Any) -> Any:
 
 def leaves(out: Any) -> tuple[Any, ...]:
     """Every leaf of the outputs, in pytree order (a single tensor gives a 1-tuple)."""
+    if isinstance(out, torch.Tensor):  # the common cases, without pytree's flattening
+        return (out,)
+    if type(out) in (tuple, list):
+        for o in out:
+            if not isinstance(o, torch.Tensor):
+                break
+        else:
+            return tuple(out)
     return tuple(pytree.tree_leaves(_top(out)))
 
 
@@ -83,22 +92,77 @@ def top_level_leaves(spec: pytree.TreeSpec) -> set[int]:
     return {k for k, (path, _) in enumerate(paths) if len(path) == 1}
 
 
+def flat_kind(out: Any) -> Any:
+    """``"tensor"`` for one tensor, ``(tuple, n)`` or ``(list, n)`` for a flat sequence of
+    tensors, None for anything else (whose structure needs pytree)."""
+    if isinstance(out, torch.Tensor):
+        return "tensor"
+    if type(out) in (tuple, list):
+        for o in out:
+            if not isinstance(o, torch.Tensor):
+                return None
+        return (type(out), len(out))
+    return None
+
+
+def _spec_of_kind(kind: Any) -> pytree.TreeSpec:
+    if kind == "tensor":
+        return structure(0)
+    container, n = kind
+    return structure(container([0] * n))
+
+
 class FlatCall:
     """``fn`` returning the flat tuple of its output leaves; remembers the last structure seen.
 
     torch.func transforms and the loop references then handle plain tuples of tensors,
     whatever nesting the Function returns; ``spec`` keeps the structure (never the
-    tensors) for the structure comparison and for naming leaves.
+    tensors) for the structure comparison and for naming leaves. A tensor or a flat tuple
+    or list of them (nearly every Function) is remembered by its kind and length, and its
+    pytree spec is built only when asked for.
     """
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
-        self.spec: pytree.TreeSpec | None = None
+        self._kind: Any = None
+        self._spec: pytree.TreeSpec | None = None
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         out = self.fn(*args)
-        self.spec = structure(out)
-        return leaves(out)
+        kind = flat_kind(out)
+        self._kind = kind
+        if kind is None:
+            self._spec = structure(out)
+            return leaves(out)
+        self._spec = None
+        return (out,) if kind == "tensor" else tuple(out)
+
+    @property
+    def spec(self) -> pytree.TreeSpec | None:
+        if self._spec is None and self._kind is not None:
+            self._spec = _spec_of_kind(self._kind)
+        return self._spec
+
+    def same_structure(self, other: FlatCall) -> bool:
+        """Both calls returned the same structure (True while either has not been called)."""
+        if self._kind is not None and other._kind is not None:
+            return bool(self._kind == other._kind)
+        mine, theirs = self.spec, other.spec
+        return mine is None or theirs is None or mine == theirs
 
     def names(self, names: Sequence[str] | None = None) -> list[str]:
-        return spec_names(self.spec, names) if self.spec is not None else []
+        kind = self._kind
+        if kind is not None:
+            n = 1 if kind == "tensor" else kind[1]
+            return [
+                names[k] if names is not None and k < len(names) else f"output {k}"
+                for k in range(n)
+            ]
+        return spec_names(self._spec, names) if self._spec is not None else []
+
+    def top_level(self, count: int) -> set[int]:
+        """Flat indices of the leaves that are outputs themselves (``top_level_leaves``);
+        all ``count`` of them before any call."""
+        if self._kind is not None:
+            return set(range(1 if self._kind == "tensor" else self._kind[1]))
+        return top_level_leaves(self._spec) if self._spec is not None else set(range(count))

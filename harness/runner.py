@@ -95,6 +95,8 @@ class EntryData:
         self.options = options
         self._draw = functools.lru_cache(maxsize=256)(self._draw_uncached)
         self._nonfinite: dict[int, str] = {}
+        self._slices: dict[int, SliceSource] = {}
+        self._base_seed: int | None = None
 
     def _draw_uncached(self, seed: int) -> tuple[Sample, ...]:
         return tuple(self.entry.make_samples(seed, self.options.dtype, self.options.device))
@@ -104,10 +106,16 @@ class EntryData:
         return (self.options.seed, self.entry.name)
 
     def base_samples(self) -> tuple[Sample, ...]:
-        return self._draw(sample_seed(*self.seed_parts, "slice", ()))
+        if self._base_seed is None:
+            self._base_seed = sample_seed(*self.seed_parts, "slice", ())
+        return self._draw(self._base_seed)
 
     def slices(self, sample_index: int) -> SliceSource:
-        return SliceSource(self._draw, sample_index, self.seed_parts)
+        """The sample's slice source, shared by its cases: it hands out copies only, so a
+        Function that modifies its inputs never changes what a later case receives."""
+        if sample_index not in self._slices:
+            self._slices[sample_index] = SliceSource(self._draw, sample_index, self.seed_parts)
+        return self._slices[sample_index]
 
     def nonfinite(self, sample_index: int) -> str:
         """The advice when the plain call on this sample gives NaN or inf ("" when finite).
@@ -139,10 +147,32 @@ def selected_checks(options: Options) -> list[str]:
     return names
 
 
+#: Plans already generated, by plan generator, layout and options (see ``_plans``).
+_PLANS: dict[tuple[Any, ...], tuple[Plan | None, ...]] = {}
+_PLANS_MAX = 4096
+
+
+def _plans(spec: Any, layout: ArgLayout, options: Options) -> tuple[Plan | None, ...]:
+    """``spec.plans(layout, options)``, generated once per distinct layout: generation is a
+    deterministic function of the two (samples of many entries share a layout), and plans
+    are frozen, so every case of that layout can share them."""
+    key = (spec.plans, repr(layout), options)
+    try:
+        plans = _PLANS.get(key)
+    except TypeError:  # options with an unhashable field: generate every time
+        return tuple(spec.plans(layout, options))
+    if plans is None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.pop(next(iter(_PLANS)))
+        plans = _PLANS[key] = tuple(spec.plans(layout, options))
+    return plans
+
+
 def enumerate_cases(data: EntryData) -> list[Case]:
     entry, options = data.entry, data.options
     cases: list[Case] = []
     samples: tuple[Sample, ...] | None = None
+    layouts: list[ArgLayout] = []
     dtype_reason = ""
     if entry.dtypes and options.dtype is not None and options.dtype not in entry.dtypes:
         declared = ", ".join(str(d).replace("torch.", "") for d in entry.dtypes)
@@ -159,9 +189,9 @@ def enumerate_cases(data: EntryData) -> list[Case]:
             continue
         if samples is None:
             samples = data.base_samples()
-        for i, sample in enumerate(samples):
-            layout = ArgLayout.of(sample, entry.linked_args)
-            for plan in spec.plans(layout, options):
+            layouts = [ArgLayout.of(sample, entry.linked_args) for sample in samples]
+        for i, (sample, layout) in enumerate(zip(samples, layouts)):
+            for plan in _plans(spec, layout, options):
                 cases.append(
                     Case(
                         case_id(entry.name, check, i, plan), entry.name, check, i, sample.name, plan

@@ -186,7 +186,8 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     snapshot = inputs_snapshot(args, ctx.entry.caps.inplace_args)
     actual = vmapped(fn, plan, out_dims)(*args)
     assert_inputs_unchanged(f"{name} {plan.id}", args, snapshot)
-    if fn.spec != ref_fn.spec and ref_fn.spec is not None and fn.spec is not None:
+    if not fn.same_structure(ref_fn):
+        assert fn.spec is not None and ref_fn.spec is not None
         raise CheckFailure(
             f"{name} {plan.id}: vmap returned {describe_structure(fn.spec)}, the per-slice "
             f"call returned {describe_structure(ref_fn.spec)}"

@@ -212,3 +212,96 @@ def test_contract_flags_in_dims_that_do_not_mirror_the_arguments():
     assert "tree structure" in wrong_tree and "(*,(*,*))" in wrong_tree
     (out_of_range,) = in_dims_problems("rule", (0, (None, 3)), args)
     assert "argument 1[1]" in out_of_range and "outside [0, 1)" in out_of_range
+
+
+# --- what a sample's SliceSource keeps between plans and cases -------------------------------
+
+
+def _pair_source():
+    def draw(seed):
+        g = torch.Generator().manual_seed(seed)
+        return [Sample((torch.randn(3, generator=g), (torch.randn(4, generator=g), 7)))]
+
+    return SliceSource(draw, 0, (0, "pair"))
+
+
+def test_kept_stacks_and_slices_survive_a_function_that_modifies_its_inputs():
+    slices = _pair_source()
+    plan = Plan((LevelPlan(2, (0, (-1, None))),))
+    pristine = [t.clone() for t in (slices.args()[0], slices.args((1,))[1][0])]
+    first = build_batched_args(plan, slices)
+    expected = [first[0].clone(), first[1][0].clone()]
+
+    def clobber(x, pair):  # an in-place Function: modifies every input it gets
+        x.mul_(0).add_(99)
+        pair[0].fill_(-1)
+        return x + pair[0].sum()
+
+    clobber(*first)  # on the batched arguments handed out
+    loop_reference(clobber, plan, slices)  # and on every per-slice copy
+    again = build_batched_args(plan, slices)  # the kept stacks: a copy, not the same tensors
+    torch.testing.assert_close(again[0], expected[0])
+    torch.testing.assert_close(again[1][0], expected[1])
+    assert again[0] is not first[0] and again[0].data_ptr() != first[0].data_ptr()
+    torch.testing.assert_close(slices.args()[0], pristine[0])
+    torch.testing.assert_close(slices.args((1,))[1][0], pristine[1])
+    # the loop reference still sees the pristine slices
+    outs, _ = loop_reference(lambda x, pair: x * 2 + pair[0].sum(), plan, slices)
+    torch.testing.assert_close(
+        outs[0],
+        torch.stack([expected[0][i] * 2 + expected[1][:, i].sum() for i in range(2)]),
+    )
+
+
+def test_repeated_slices_and_per_case_extras_are_never_kept_stacks():
+    from harness.batching import RepeatedSlices
+    from harness.composites import WithExtras
+
+    slices = _pair_source()
+    plan = Plan((LevelPlan(2, (0, None)),))
+    distinct = build_batched_args(plan, slices)[0]
+    repeated = build_batched_args(plan, RepeatedSlices(slices))[0]
+    assert torch.equal(repeated[0], repeated[1]) and not torch.equal(distinct[0], distinct[1])
+    assert not torch.equal(build_batched_args(plan, slices)[0][0], distinct[1])
+
+    with_extra = Plan((LevelPlan(2, (0, None, 0)),))
+
+    def extras(fill):
+        return WithExtras(slices, lambda key: [torch.full((2,), fill + len(key))])
+
+    one = build_batched_args(with_extra, extras(1.0))
+    two = build_batched_args(with_extra, extras(5.0))
+    torch.testing.assert_close(one[0], two[0])  # the sample's argument: the same stack
+    assert one[2].tolist() == [[1.0, 1.0], [2.0, 2.0]]
+    assert two[2].tolist() == [[5.0, 5.0], [6.0, 6.0]]  # its own extras, not the first's
+
+
+def test_a_plan_id_is_worked_out_once_and_never_shared_with_another_plan():
+    import dataclasses
+
+    plan = Plan((LevelPlan(2, (0, None)),))
+    assert plan.id == plan.id == "in_dims=(0,None)"
+    other = dataclasses.replace(plan, levels=(LevelPlan(3, (None, -1)),))
+    assert other.id == "in_dims=(None,-1),B=3"
+    assert plan == Plan((LevelPlan(2, (0, None)),))  # the kept id is no field
+
+
+def test_plans_are_generated_once_per_layout_and_options():
+    from harness import runner
+    from harness.checks import get_check
+    from harness.options import Options
+
+    spec = get_check("vmap")
+    lay = ArgLayout.of(Sample((torch.zeros(2, 3), torch.zeros(3))))
+    same = ArgLayout.of(Sample((torch.ones(2, 3), torch.ones(3))))  # other values, same layout
+    options = Options()
+    first = runner._plans(spec, lay, options)
+    assert runner._plans(spec, same, options) is first
+    assert [p.id for p in first] == [p.id for p in spec.plans(lay, options)]
+    capped = runner._plans(spec, lay, Options(plan_cap=3))
+    assert [p.id for p in capped] == [p.id for p in spec.plans(lay, Options(plan_cap=3))]
+    assert [p.id for p in capped] != [p.id for p in first]
+    other = ArgLayout.of(Sample((torch.zeros(2, 3), (torch.zeros(3), torch.zeros(3)))))
+    assert [p.id for p in runner._plans(spec, other, options)] == [
+        p.id for p in spec.plans(other, options)
+    ]

@@ -336,3 +336,38 @@ def test_autodiff_repro_of_a_pytree_function_treats_nested_stats_as_non_differen
     assert proc.returncode == rc, proc.stdout + proc.stderr
     if rc:
         assert "REPRODUCED" in proc.stdout and "output 0" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "values, kinds",
+    [
+        ([1e308, 1e308], ""),  # finite values whose sum overflows: still finite
+        ([1.0, float("nan")], "NaN"),
+        ([float("inf"), -float("inf")], "inf"),  # their sum is NaN: looked at one by one
+        ([float("nan"), float("inf")], "NaN and inf"),
+    ],
+)
+def test_nonfinite_phrase_is_exact_whatever_the_sum_gives(values, kinds):
+    from harness.compare import nonfinite_phrase
+
+    assert nonfinite_phrase(torch.tensor(values, dtype=torch.float64)) == kinds
+    assert (
+        nonfinite_phrase(torch.tensor([complex(1, v) for v in values], dtype=torch.complex128))
+        == kinds
+    )
+
+
+def test_equal_tensors_skip_isclose_but_nan_and_mismatches_do_not():
+    from harness.checks import NonFiniteSample
+    from harness.compare import compare_tensors
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert compare_tensors(x, x.clone(), rtol=0, atol=0, label="l") is None
+    msg = compare_tensors(x, x + 1e-3, rtol=0, atol=0, label="l")
+    assert msg is not None and "2 of 2 values outside tolerance" in msg
+    nan = torch.tensor([float("nan"), 1.0])
+    assert (
+        compare_tensors(nan, nan.clone(), rtol=0, atol=0, label="l", finite_reference=False) is None
+    )
+    with pytest.raises(NonFiniteSample):
+        compare_tensors(nan, nan.clone(), rtol=0, atol=0, label="l")
