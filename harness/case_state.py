@@ -12,48 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._device as _device_mod
+from torch.overrides import _get_current_function_mode_stack as _function_mode_stack
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _dispatch_mode_stack
 
 #: Device types whose autocast state is tracked (the ones torch knows on every build).
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
-def _autocast_nesting() -> int:
-    level = torch.autocast_increment_nesting()
-    torch.autocast_decrement_nesting()
-    return int(level) - 1
-
-
-def _function_modes() -> tuple[Any, ...]:
-    from torch.overrides import _get_current_function_mode_stack
-
-    return tuple(_get_current_function_mode_stack())
-
-
-def _dispatch_modes() -> tuple[Any, ...]:
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    return tuple(_get_current_dispatch_mode_stack())
-
-
-def _device_context() -> Any:
-    return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
-
-
-def _current_device() -> Any:
-    import torch.utils._device as device_mod
-
-    return device_mod.CURRENT_DEVICE
-
-
-def _cwd() -> str | None:
-    try:
-        return os.getcwd()
-    except OSError:  # the directory was removed
-        return None
+_increment_nesting = torch.autocast_increment_nesting
+_decrement_nesting = torch.autocast_decrement_nesting
 
 
 def _name(mode: Any) -> str:
@@ -78,25 +51,41 @@ class GlobalState:
 
     @classmethod
     def capture(cls) -> GlobalState:
+        # One frame for the whole snapshot (it is taken twice per case), the torch calls
+        # bound once at import; the autocast devices are those of AUTOCAST_DEVICES.
+        try:
+            cwd: str | None = _getcwd()
+        except OSError:  # the directory was removed
+            cwd = None
+        level = _increment_nesting()
+        _decrement_nesting()
         return cls(
-            autocast=tuple(
-                (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
-                for d in AUTOCAST_DEVICES
+            (
+                ("cpu", _autocast_enabled("cpu"), _autocast_dtype("cpu")),
+                ("cuda", _autocast_enabled("cuda"), _autocast_dtype("cuda")),
             ),
-            autocast_cache=torch.is_autocast_cache_enabled(),
-            autocast_nesting=_autocast_nesting(),
-            function_modes=_function_modes(),
-            dispatch_modes=_dispatch_modes(),
-            device_context=_device_context(),
-            current_device=_current_device(),
-            anomaly=(torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
-            deterministic=(
-                torch.are_deterministic_algorithms_enabled(),
-                torch.is_deterministic_algorithms_warn_only_enabled(),
-            ),
-            num_threads=torch.get_num_threads(),
-            cwd=_cwd(),
+            _autocast_cache_enabled(),
+            int(level) - 1,
+            tuple(_function_mode_stack()),
+            tuple(_dispatch_mode_stack()),
+            getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None),
+            _device_mod.CURRENT_DEVICE,
+            (_anomaly_enabled(), _anomaly_nan_enabled()),
+            (_deterministic(), _deterministic_warn_only()),
+            _get_num_threads(),
+            cwd,
         )
+
+
+_getcwd = os.getcwd
+_autocast_enabled = torch.is_autocast_enabled
+_autocast_dtype = torch.get_autocast_dtype
+_autocast_cache_enabled = torch.is_autocast_cache_enabled
+_anomaly_enabled = torch.is_anomaly_enabled
+_anomaly_nan_enabled = torch.is_anomaly_check_nan_enabled
+_deterministic = torch.are_deterministic_algorithms_enabled
+_deterministic_warn_only = torch.is_deterministic_algorithms_warn_only_enabled
+_get_num_threads = torch.get_num_threads
 
 
 def _same_modes(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -120,6 +109,26 @@ def _describe_modes(before: tuple[Any, ...], after: tuple[Any, ...], kind: str) 
 
 def differences(before: GlobalState, after: GlobalState) -> list[str]:
     """What changed from ``before`` to ``after``, one phrase each ('left autocast on for cpu')."""
+    if (
+        before.autocast == after.autocast
+        and before.autocast_nesting == after.autocast_nesting
+        and before.autocast_cache == after.autocast_cache
+        and before.current_device == after.current_device
+        and before.device_context is after.device_context
+        and (
+            not (before.function_modes or after.function_modes)
+            or _same_modes(before.function_modes, after.function_modes)
+        )
+        and (
+            not (before.dispatch_modes or after.dispatch_modes)
+            or _same_modes(before.dispatch_modes, after.dispatch_modes)
+        )
+        and before.anomaly == after.anomaly
+        and before.deterministic == after.deterministic
+        and before.num_threads == after.num_threads
+        and before.cwd == after.cwd
+    ):
+        return []  # the common case, in one frame: nothing changed
     out: list[str] = []
     for (dev, on0, dt0), (_, on1, dt1) in zip(before.autocast, after.autocast):
         if on0 != on1:
@@ -224,8 +233,6 @@ def between_cases() -> list[str]:
 
     Restores them and returns phrases for a note; the case about to run is not blamed.
     """
-    import threading
-
     from .isolation import restore
 
     last = _LAST_END.get(threading.get_ident())
@@ -236,28 +243,20 @@ def between_cases() -> list[str]:
 
 def last_end() -> tuple[Any, GlobalState] | None:
     """The state the previous case of this thread ended with (None: none ran yet)."""
-    import threading
-
     return _LAST_END.get(threading.get_ident())
 
 
 def case_ended(torch_state: Any, state: GlobalState) -> None:
-    import threading
-
     _LAST_END[threading.get_ident()] = (torch_state, state)
 
 
 def forget_last_case() -> None:
     """Start a new run: what changed before it is not a background thread's doing."""
-    import threading
-
     _LAST_END.pop(threading.get_ident(), None)
 
 
 def note_threads(case_id: str, before: set[Any]) -> list[str]:
     """Record the threads this case started that are still alive; return their names."""
-    import threading
-
     new = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     for t in new:
         _THREAD_OWNERS[t] = case_id

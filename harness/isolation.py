@@ -38,12 +38,18 @@ class TorchState:
     @classmethod
     def capture(cls) -> TorchState:
         return cls(
-            grad_enabled=torch.is_grad_enabled(),
-            default_dtype=torch.get_default_dtype(),
-            functorch_depth=torch._C._functorch.get_dynamic_layer_stack_depth(),
-            forward_ad_level=forward_ad._current_level,
-            inference_mode=torch.is_inference_mode_enabled(),
+            _grad_enabled(),
+            _default_dtype(),
+            _functorch_depth(),
+            forward_ad._current_level,
+            _inference_mode(),
         )
+
+
+_grad_enabled = torch.is_grad_enabled
+_default_dtype = torch.get_default_dtype
+_functorch_depth = torch._C._functorch.get_dynamic_layer_stack_depth
+_inference_mode = torch.is_inference_mode_enabled
 
 
 def restore(before: TorchState) -> list[str]:
@@ -121,42 +127,54 @@ class UserInterrupt:
         self.seen = False
 
 
-@contextlib.contextmanager
-def watch_user_interrupt() -> Iterator[UserInterrupt]:
-    """Mark real SIGINT/SIGTERM deliveries during the block, then let the previous handler act."""
-    flag = UserInterrupt()
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-    saved: list[tuple[int, Any]] = []
+class _InterruptWatch:
+    """The context manager ``watch_user_interrupt`` returns (a class: one is entered per case)."""
 
-    def wrap(signum: int, previous: Any) -> Any:
-        def handler(num: int, frame: Any) -> None:
-            flag.seen = True
-            if callable(previous):
-                previous(num, frame)
-            elif signum == signal.SIGINT and previous != signal.SIG_IGN:
-                raise KeyboardInterrupt
+    __slots__ = ("flag", "saved")
 
-        return handler
+    def __init__(self) -> None:
+        self.flag = UserInterrupt()
+        self.saved: list[tuple[int, Any]] = []
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous = signal.getsignal(signum)
-        if signum == signal.SIGTERM and not callable(previous):
-            continue  # default SIGTERM ends the process; nothing to tell apart
-        if signum == signal.SIGINT and previous == signal.SIG_IGN:
-            continue
-        try:
-            signal.signal(signum, wrap(signum, previous))
-        except (ValueError, OSError):
-            continue
-        saved.append((signum, previous))
-    try:
-        yield flag
-    finally:
-        for num, handler in saved:
-            with contextlib.suppress(ValueError, OSError, TypeError):
+    def __enter__(self) -> UserInterrupt:
+        flag = self.flag
+        if threading.current_thread() is not threading.main_thread():
+            return flag
+
+        def wrap(signum: int, previous: Any) -> Any:
+            def handler(num: int, frame: Any) -> None:
+                flag.seen = True
+                if callable(previous):
+                    previous(num, frame)
+                elif signum == signal.SIGINT and previous != signal.SIG_IGN:
+                    raise KeyboardInterrupt
+
+            return handler
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(signum)
+            if signum == signal.SIGTERM and not callable(previous):
+                continue  # default SIGTERM ends the process; nothing to tell apart
+            if signum == signal.SIGINT and previous == signal.SIG_IGN:
+                continue
+            try:
+                signal.signal(signum, wrap(signum, previous))
+            except (ValueError, OSError):
+                continue
+            self.saved.append((signum, previous))
+        return flag
+
+    def __exit__(self, *exc: object) -> None:
+        for num, handler in self.saved:
+            try:
                 signal.signal(num, handler)
+            except (ValueError, OSError, TypeError):
+                pass
+
+
+def watch_user_interrupt() -> _InterruptWatch:
+    """Mark real SIGINT/SIGTERM deliveries during the block, then let the previous handler act."""
+    return _InterruptWatch()
 
 
 _INTERNAL = ("/torch/", "/harness/", "/contextlib.py", "/functools.py", "\\torch\\", "\\harness\\")
@@ -291,53 +309,71 @@ def _give_back(f: Any) -> None:
         f.close()
 
 
-@contextlib.contextmanager
-def capture_output(limit: int = OUTPUT_LIMIT) -> Iterator[CapturedOutput]:
-    """Capture what the block prints, from Python and from native code (file descriptors 1, 2).
+class _OutputCapture:
+    """The context manager ``capture_output`` returns (a class: one is entered per case)."""
 
-    Only the first and last ``limit // 2`` characters are kept, so a Function that
-    prints megabytes costs a temporary file, not memory, and its report stays small.
-    """
-    captured = CapturedOutput()
-    py_out = _HeadTail(limit)
-    saved_streams = (sys.stdout, sys.stderr)
-    fd_file = None
-    saved_fds: list[tuple[int, int]] = []
-    try:
-        fd_file = _output_file()
-        for fd in (1, 2):
-            saved_fds.append((fd, os.dup(fd)))
-        for s in saved_streams:
-            with contextlib.suppress(Exception):
-                s.flush()
-        for fd in (1, 2):
-            os.dup2(fd_file.fileno(), fd)
-    except (OSError, ValueError):
-        for fd, copy in saved_fds:
-            os.dup2(copy, fd)
-            os.close(copy)
-        saved_fds = []
-    sys.stdout = sys.stderr = py_out  # type: ignore[assignment]
-    try:
-        yield captured
-    finally:
-        sys.stdout, sys.stderr = saved_streams
+    __slots__ = ("captured", "fd_file", "limit", "py_out", "saved_fds", "saved_streams")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.captured = CapturedOutput()
+        self.py_out = _HeadTail(limit)
+        self.fd_file: Any = None
+        self.saved_fds: list[tuple[int, int]] = []
+        self.saved_streams: tuple[Any, Any] = (sys.stdout, sys.stderr)
+
+    def __enter__(self) -> CapturedOutput:
+        self.saved_streams = saved_streams = (sys.stdout, sys.stderr)
+        saved_fds = self.saved_fds
+        try:
+            self.fd_file = fd_file = _output_file()
+            for fd in (1, 2):
+                saved_fds.append((fd, os.dup(fd)))
+            for s in saved_streams:
+                try:
+                    s.flush()
+                except Exception:
+                    pass
+            for fd in (1, 2):
+                os.dup2(fd_file.fileno(), fd)
+        except (OSError, ValueError):
+            for fd, copy in saved_fds:
+                os.dup2(copy, fd)
+                os.close(copy)
+            saved_fds.clear()
+        sys.stdout = sys.stderr = self.py_out  # type: ignore[assignment]
+        return self.captured
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout, sys.stderr = self.saved_streams
         _flush_c_stdio()
-        for fd, copy in saved_fds:
+        for fd, copy in self.saved_fds:
             os.dup2(copy, fd)
             os.close(copy)
+        fd_file = self.fd_file
+        captured = self.captured
         if fd_file is not None:
             size = os.fstat(fd_file.fileno()).st_size
-            half = max(limit // 2, 1)
-            fd_file.seek(0)
-            head = fd_file.read(half).decode("utf-8", "replace")
-            tail = ""
+            half = max(self.limit // 2, 1)
+            head = tail = ""
+            if size:  # most cases print nothing: no seek, no read
+                fd_file.seek(0)
+                head = fd_file.read(half).decode("utf-8", "replace")
             if size > half:
                 fd_file.seek(max(half, size - half))
                 tail = fd_file.read().decode("utf-8", "replace")
             _give_back(fd_file)
             captured.add(head, tail, size)
-        captured.add(*py_out.text())
+        captured.add(*self.py_out.text())
+
+
+def capture_output(limit: int = OUTPUT_LIMIT) -> _OutputCapture:
+    """Capture what the block prints, from Python and from native code (file descriptors 1, 2).
+
+    Only the first and last ``limit // 2`` characters are kept, so a Function that
+    prints megabytes costs a temporary file, not memory, and its report stays small.
+    """
+    return _OutputCapture(limit)
 
 
 @contextlib.contextmanager
