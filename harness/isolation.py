@@ -166,7 +166,7 @@ class _InterruptWatch:
 
     def __exit__(self, *exc: object) -> None:
         for num, handler in self.saved:
-            try:
+            try:  # noqa: SIM105 (no context manager per case)
                 signal.signal(num, handler)
             except (ValueError, OSError, TypeError):
                 pass
@@ -330,7 +330,7 @@ class _OutputCapture:
             for fd in (1, 2):
                 saved_fds.append((fd, os.dup(fd)))
             for s in saved_streams:
-                try:
+                try:  # noqa: SIM105 (no context manager per case)
                     s.flush()
                 except Exception:
                     pass
