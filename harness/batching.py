@@ -216,7 +216,11 @@ class SliceSource:
         #: Stacked leaves already built for a plan (see ``PlanSlices.batched``), by argument,
         #: keys, batch dims and batch sizes per level: each is handed out as a copy.
         self._stacks: dict[tuple[Any, ...], torch.Tensor] = {}
-        #: Plan readers by plan id (``PlanSlices.of``): they hold no tensor of their own.
+        #: Per-slice call arguments (detached views of ``_cache``'s tensors, never handed out)
+        #: by which levels batch each argument, then path (``PlanSlices.call_args``).
+        self._call_slices: dict[tuple[Any, ...], dict[tuple[int, ...], tuple[Any, ...]]] = {}
+        #: Plan readers by plan id (``PlanSlices.of``): they hold no data of their own (only
+        #: detached views of the cached slices).
         self._readers: dict[str, PlanSlices] = {}
 
     def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
@@ -326,6 +330,21 @@ class PlanSlices:
                 self.layout.append(("container", per_leaf, base, ""))
             else:
                 self.layout.append(("value", None, base, ""))
+        #: No container argument and a source that caches its slices: the per-slice call
+        #: arguments are looked up once per path (``_at``: the cached tensors detached, never
+        #: handed out) and each call gets its own clones of them.
+        self._simple = peek is not None and all(k != "container" for k, *_ in self.layout)
+        self._tensor = tuple(k == "tensor" for k, *_ in self.layout)
+        #: Plans of a sample that batch the same arguments at the same levels read the same
+        #: slices: the source keeps them by that mask (the views are its own tensors).
+        mask = tuple(
+            tuple(d is not None for d in dims) if k == "tensor" else None
+            for k, dims, _, _ in self.layout
+        )
+        kept_at = getattr(slices, "_call_slices", None)
+        self._at: dict[tuple[int, ...], tuple[Any, ...]] = (
+            kept_at.setdefault(mask, {}) if kept_at is not None else {}
+        )
 
     @classmethod
     def of(cls, plan: Plan, slices: SliceSource) -> PlanSlices:
@@ -353,6 +372,14 @@ class PlanSlices:
 
     def call_args(self, path: tuple[int, ...]) -> tuple[Any, ...]:
         """The per-slice arguments a loop passes to the Function at ``path``."""
+        if self._simple:
+            at = self._at.get(path)
+            if at is None:
+                at = self._at[path] = self._slice_at(path)
+            out = []
+            for a, is_tensor in zip(at, self._tensor):
+                out.append(a.clone() if is_tensor else a)  # its own copy (see ``_copy``)
+            return tuple(out)
         peek = self.peek
         out = []
         for j, (kind, dims, base, batched) in enumerate(self.layout):
@@ -372,6 +399,24 @@ class PlanSlices:
                     return self.leaf(j, keys, dims[keys], path, copy=True) if keys in dims else v
 
                 out.append(map_leaves(base, copied))
+        return tuple(out)
+
+    def _slice_at(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        """The cached arguments at ``path`` (no container among them), tensors detached:
+        only ever cloned, never handed out."""
+        peek = self.peek
+        out: list[Any] = []
+        for j, (kind, dims, base, batched) in enumerate(self.layout):
+            if kind == "tensor":
+                if batched == "all":
+                    own = path
+                elif batched == "none":
+                    own = ()
+                else:
+                    own = _own_path(path, dims)
+                out.append(peek(own)[j].detach())
+            else:
+                out.append(base)
         return tuple(out)
 
     def batched(self) -> tuple[Any, ...]:
@@ -466,21 +511,35 @@ def loop_reference(
             detached.append(o.detach() if isinstance(o, torch.Tensor) else o)
         return tuple(detached)
 
+    call_args = reader.call_args
+    is_tensor = torch.Tensor
+
     def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
+        nonlocal returned_tuple
         lv = levels[level]
-        if level == innermost:  # the slices themselves, without a frame per slice
-            per_slice = [call((*path, i)) for i in range(lv.batch_size)]
+        if level == innermost:  # the slices themselves (``call`` inlined: no frame per slice)
+            per_slice = []
+            for i in range(lv.batch_size):
+                out = fn(*call_args((*path, i)))
+                returned_tuple = isinstance(out, (tuple, list))
+                detached = []
+                for o in output_leaves(out):
+                    detached.append(o.detach() if isinstance(o, is_tensor) else o)
+                per_slice.append(tuple(detached))
         else:
             per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
         stacked = []
+        out_dims = lv.out_dims
         for k, first in enumerate(per_slice[0]):
-            if not isinstance(first, torch.Tensor):
+            if not isinstance(first, is_tensor):
                 stacked.append(first)
                 continue
-            dim = resolve_out_dim(lv.out_dims, first.dim())
-            stacked.append(
-                torch.stack([s[k] for s in per_slice], dim=normalize_dim(dim, first.dim() + 1))
-            )
+            n = first.dim() + 1
+            dim = resolve_out_dim(out_dims, n - 1) if out_dims == MID else out_dims
+            parts = []
+            for s in per_slice:
+                parts.append(s[k])
+            stacked.append(torch.stack(parts, dim=normalize_dim(dim, n)))
         return tuple(stacked)
 
     outs = run(0, ()) if levels else call(())

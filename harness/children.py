@@ -65,9 +65,32 @@ def supported() -> bool:
 Descendant = tuple[int, str]  # (pid, start time): a reused pid is another process
 
 
+#: ``waitid`` options asking, without waiting or reaping, whether this process has any child
+#: at all (``__WALL``: children created by ``clone`` with another exit signal too).
+_ANY_CHILD = (
+    getattr(os, "WEXITED", 0) | getattr(os, "WNOHANG", 0) | getattr(os, "WNOWAIT", 0) | 0x40000000
+)
+
+
+def _no_child() -> bool:
+    """True when the kernel says this process has no child process (one system call, where
+    a ``/proc`` scan reads a file per thread). Children of every thread count (a thread
+    waits for its siblings' children by default); an orphan re-parented to a subreaper is
+    a child. Any doubt (no ``waitid``, another error) says False: then ``/proc`` is read."""
+    try:
+        os.waitid(os.P_ALL, 0, _ANY_CHILD)
+    except ChildProcessError:
+        return True
+    except (AttributeError, OSError):
+        return False
+    return False
+
+
 def descendants(root: int | None = None) -> set[Descendant]:
     """Every process below ``root`` (default: this one), zombies included."""
     if not supported():
+        return set()
+    if root is None and _no_child():
         return set()
     root = os.getpid() if root is None else root
     found: set[Descendant] = set()
