@@ -535,7 +535,7 @@ def loop_reference(
                 stacked.append(first)
                 continue
             n = first.dim() + 1
-            dim = resolve_out_dim(out_dims, n - 1) if out_dims == MID else out_dims
+            dim = out_dims if isinstance(out_dims, int) else resolve_out_dim(out_dims, n - 1)
             parts = []
             for s in per_slice:
                 parts.append(s[k])
