@@ -82,37 +82,49 @@ class CaseTimeout(Exception):
     """The case ran past its time limit."""
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
+class _TimeLimit:
+    """The context manager ``time_limit`` returns (a class: one is entered per case)."""
+
+    __slots__ = ("previous", "seconds", "usable")
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.usable = False
+        self.previous: Any = None
+
+    def __enter__(self) -> None:
+        seconds = self.seconds
+        if not (
+            seconds is not None
+            and seconds > 0
+            and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread()
+        ):
+            return
+
+        def on_alarm(signum: int, frame: object) -> None:
+            raise CaseTimeout(
+                f"the case ran longer than its {seconds:g} s limit (raise it with --timeout, or "
+                "timeout_s= in the Python API, if the Function is just slow)"
+            )
+
+        self.previous = signal.signal(signal.SIGALRM, on_alarm)
+        self.usable = True
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.usable:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+
+def time_limit(seconds: float | None) -> _TimeLimit:
     """Raise CaseTimeout in the main thread after ``seconds`` (a Python-level hang only).
 
     A hang inside native code that never returns to the interpreter is caught
     one level up, by running cases in worker processes (``-n``).
     """
-    usable = (
-        seconds is not None
-        and seconds > 0
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
-        yield
-        return
-    assert seconds is not None
-
-    def on_alarm(signum: int, frame: object) -> None:
-        raise CaseTimeout(
-            f"the case ran longer than its {seconds:g} s limit (raise it with --timeout, or "
-            "timeout_s= in the Python API, if the Function is just slow)"
-        )
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return _TimeLimit(seconds)
 
 
 class UserInterrupt:
@@ -296,14 +308,21 @@ def _output_file() -> Any:
     while _SPARE_FILES:
         owner, f = _SPARE_FILES.pop()
         if owner == pid:
-            f.seek(0)
-            f.truncate()
+            # Emptied when given back; written since only by something that kept a copy of
+            # the case's descriptors (one fstat, where seek and truncate are two calls).
+            if os.fstat(f.fileno()).st_size:
+                f.seek(0)
+                f.truncate()
             return f
     return tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (kept or closed by the caller)
 
 
-def _give_back(f: Any) -> None:
+def _give_back(f: Any, size: int = 1) -> None:
+    """Keep ``f`` for the next capture, emptied (``size``: what it holds, 0 when known empty)."""
     if len(_SPARE_FILES) < 4:
+        if size:
+            f.seek(0)
+            f.truncate()
         _SPARE_FILES.append((os.getpid(), f))
     else:
         f.close()
@@ -362,7 +381,7 @@ class _OutputCapture:
             if size > half:
                 fd_file.seek(max(half, size - half))
                 tail = fd_file.read().decode("utf-8", "replace")
-            _give_back(fd_file)
+            _give_back(fd_file, size)
             captured.add(head, tail, size)
         captured.add(*self.py_out.text())
 
