@@ -269,7 +269,7 @@ def restricted(
             if 0 <= k < len(call) and isinstance(call[k], torch.Tensor):
                 call[k] = call[k].clone()
         out = as_tuple(entry.call(*call))
-        return tuple([out[j] for j in outputs])
+        return tuple(map(out.__getitem__, outputs))
 
     return f
 
@@ -418,13 +418,11 @@ def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[tor
     """Standard normal tensors shaped and typed like ``likes`` (drawn in float64; complex
     ones get a random imaginary part too, so a forgotten conjugate shows)."""
     out = []
+    randn, c128, f64 = torch.randn, torch.complex128, torch.float64
     for t in likes:
-        drawn = torch.randn(
-            t.shape, generator=gen, dtype=torch.complex128 if t.is_complex() else torch.float64
-        )
-        if drawn.dtype != t.dtype:
-            drawn = drawn.to(t.dtype)
-        out.append(drawn if drawn.device == t.device else drawn.to(t.device))
+        drawn = randn(t.shape, generator=gen, dtype=c128 if t.is_complex() else f64)
+        # one conversion to the like's dtype and device (the drawn tensor itself when both match)
+        out.append(drawn.to(device=t.device, dtype=t.dtype))
     return out
 
 
