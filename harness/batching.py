@@ -354,7 +354,7 @@ class PlanSlices:
         if kept is None:
             return cls(plan, slices)
         reader = kept.get(plan.id)
-        if reader is None or reader.plan.levels != plan.levels:
+        if reader is None or (reader.plan is not plan and reader.plan.levels != plan.levels):
             reader = kept[plan.id] = cls(plan, slices)
         return reader
 

@@ -8,6 +8,7 @@ and put back, so the next case starts clean.
 
 from __future__ import annotations
 
+import _signal  # signal's functions without the enum wrapping (handlers kept as they are)
 import contextlib
 import faulthandler
 import io
@@ -108,14 +109,14 @@ class _TimeLimit:
                 "timeout_s= in the Python API, if the Function is just slow)"
             )
 
-        self.previous = signal.signal(signal.SIGALRM, on_alarm)
+        self.previous = _signal.signal(signal.SIGALRM, on_alarm)
         self.usable = True
         signal.setitimer(signal.ITIMER_REAL, seconds)
 
     def __exit__(self, *exc: object) -> None:
         if self.usable:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
+            _signal.signal(signal.SIGALRM, self.previous)
 
 
 def time_limit(seconds: float | None) -> _TimeLimit:
@@ -164,13 +165,13 @@ class _InterruptWatch:
             return handler
 
         for signum in (signal.SIGINT, signal.SIGTERM):
-            previous = signal.getsignal(signum)
+            previous = _signal.getsignal(signum)
             if signum == signal.SIGTERM and not callable(previous):
                 continue  # default SIGTERM ends the process; nothing to tell apart
             if signum == signal.SIGINT and previous == signal.SIG_IGN:
                 continue
             try:
-                signal.signal(signum, wrap(signum, previous))
+                _signal.signal(signum, wrap(signum, previous))
             except (ValueError, OSError):
                 continue
             self.saved.append((signum, previous))
@@ -179,7 +180,7 @@ class _InterruptWatch:
     def __exit__(self, *exc: object) -> None:
         for num, handler in self.saved:
             try:  # noqa: SIM105 (no context manager per case)
-                signal.signal(num, handler)
+                _signal.signal(num, handler)
             except (ValueError, OSError, TypeError):
                 pass
 
