@@ -312,15 +312,21 @@ class PlanSlices:
         #: or at some), or a container (its base value and the dims per level of each tensor
         #: leaf, by keys).
         self.layout: list[tuple[str, Any, Any, str]] = []
+        #: Plans of a sample that batch the same arguments at the same levels read the same
+        #: slices: the source keeps them by that mask (the views are its own tensors).
+        mask: list[Any] = []
+        in_dims = [lv.in_dims for lv in plan.levels]
         for j in range(n):
             base = base_args[j]
             if isinstance(base, torch.Tensor):
-                dims = self._dims((j,))
-                every = all(d is not None for d in dims)
-                none = all(d is None for d in dims)
+                dims = tuple([d[j] for d in in_dims])  # a tensor's in_dims entry is its dim
+                batched_at = tuple([d is not None for d in dims])
+                every = False not in batched_at
+                none = True not in batched_at
                 self.layout.append(
                     ("tensor", dims, None, "all" if every else "none" if none else "some")
                 )
+                mask.append(batched_at)
             elif is_container(base):
                 per_leaf = {
                     keys: self._dims((j, *keys))
@@ -328,22 +334,18 @@ class PlanSlices:
                     if isinstance(v, torch.Tensor)
                 }
                 self.layout.append(("container", per_leaf, base, ""))
+                mask.append(None)
             else:
                 self.layout.append(("value", None, base, ""))
+                mask.append(None)
         #: No container argument and a source that caches its slices: the per-slice call
         #: arguments are looked up once per path (``_at``: the cached tensors detached, never
         #: handed out) and each call gets its own clones of them.
         self._simple = peek is not None and all(k != "container" for k, *_ in self.layout)
-        self._tensor = tuple(k == "tensor" for k, *_ in self.layout)
-        #: Plans of a sample that batch the same arguments at the same levels read the same
-        #: slices: the source keeps them by that mask (the views are its own tensors).
-        mask = tuple(
-            tuple(d is not None for d in dims) if k == "tensor" else None
-            for k, dims, _, _ in self.layout
-        )
+        self._tensor = tuple([k == "tensor" for k, *_ in self.layout])
         kept_at = getattr(slices, "_call_slices", None)
         self._at: dict[tuple[int, ...], tuple[Any, ...]] = (
-            kept_at.setdefault(mask, {}) if kept_at is not None else {}
+            kept_at.setdefault(tuple(mask), {}) if kept_at is not None else {}
         )
 
     @classmethod
