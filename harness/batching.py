@@ -463,9 +463,17 @@ class PlanSlices:
             return t.clone()
 
         out = []
-        for j, (kind, dims, base, _) in enumerate(self.layout):
-            if kind == "tensor":
-                out.append(stacked(j, (), dims))
+        for j, (kind, dims, base, batched_at) in enumerate(self.layout):
+            if kind == "tensor":  # ``stacked`` inlined (one frame fewer per argument)
+                kept = stacks_of(j) if stacks_of is not None else None
+                if kept is None or batched_at == "none" or not dims:
+                    out.append(build(j, (), dims, 0, (), False))
+                    continue
+                key = (j, (), dims, sizes)
+                t = kept.get(key)
+                if t is None:
+                    t = kept[key] = build(j, (), dims, 0, (), False)
+                out.append(t.clone())
             elif kind == "value":
                 out.append(base)
             else:
@@ -523,6 +531,10 @@ def loop_reference(
             per_slice = []
             for i in range(lv.batch_size):
                 out = fn(*call_args((*path, i)))
+                if isinstance(out, is_tensor):  # one tensor (most Functions): no leaves call
+                    returned_tuple = False
+                    per_slice.append((out.detach(),))
+                    continue
                 returned_tuple = isinstance(out, (tuple, list))
                 detached = []
                 for o in output_leaves(out):
