@@ -528,7 +528,7 @@ def loop_reference(
         nonlocal returned_tuple
         lv = levels[level]
         if level == innermost:  # the slices themselves (``call`` inlined: no frame per slice)
-            per_slice = []
+            per_slice: list[tuple[Any, ...]] = []
             for i in range(lv.batch_size):
                 out = fn(*call_args((*path, i)))
                 if isinstance(out, is_tensor):  # one tensor (most Functions): no leaves call
