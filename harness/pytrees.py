@@ -129,6 +129,9 @@ class FlatCall:
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         out = self.fn(*args)
+        if isinstance(out, torch.Tensor):  # the common case, without a flat_kind call
+            self._kind, self._spec = "tensor", None
+            return (out,)
         kind = flat_kind(out)
         self._kind = kind
         if kind is None:
