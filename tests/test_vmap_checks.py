@@ -188,5 +188,15 @@ def test_leaked_grad_mode_is_reported_and_restored():
 
     results = run(LeaksGradMode, unary_samples, "vmap")
     assert torch.is_grad_enabled()
-    assert results and all(r.status == "error" for r in results)
+    import threading
+
+    from harness import case_state
+
+    owners = {t.name: owner for t, owner in case_state._THREAD_OWNERS.items()}
+    alive = [t.name for t in threading.enumerate()]
+    assert results and all(r.status == "error" for r in results), (
+        [(r.status, r.message) for r in results],
+        owners,
+        alive,
+    )
     assert "left grad mode disabled" in results[0].message
