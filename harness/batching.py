@@ -280,6 +280,16 @@ def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
     return leaf_path(plan, (arg,), path)
 
 
+def _tensor_path(path: tuple[int, ...], dims: Any, batched: str) -> tuple[int, ...]:
+    """The slice a tensor argument reads at ``path``: the path itself where every level
+    batches it, the base slice where none does, else index 0 at the levels that do not."""
+    if batched == "all":
+        return path
+    if batched == "none":
+        return ()
+    return _own_path(path, dims)
+
+
 def _own_path(path: tuple[int, ...], dims: tuple[Any, ...]) -> tuple[int, ...]:
     """The slice a leaf with batch ``dims`` per level takes at ``path``: index 0 at every
     level that does not batch it."""
@@ -386,12 +396,7 @@ class PlanSlices:
         out = []
         for j, (kind, dims, base, batched) in enumerate(self.layout):
             if kind == "tensor":
-                if batched == "all":
-                    own = path
-                elif batched == "none":
-                    own = ()
-                else:
-                    own = _own_path(path, dims)
+                own = _tensor_path(path, dims, batched)
                 out.append(peek(own)[j].detach().clone())  # its own copy (see ``_copy``)
             elif kind == "value":
                 out.append(base)
@@ -410,13 +415,7 @@ class PlanSlices:
         out: list[Any] = []
         for j, (kind, dims, base, batched) in enumerate(self.layout):
             if kind == "tensor":
-                if batched == "all":
-                    own = path
-                elif batched == "none":
-                    own = ()
-                else:
-                    own = _own_path(path, dims)
-                out.append(peek(own)[j].detach())
+                out.append(peek(_tensor_path(path, dims, batched))[j].detach())
             else:
                 out.append(base)
         return tuple(out)
