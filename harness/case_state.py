@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,9 +257,62 @@ def forget_last_case() -> None:
     _LAST_END.pop(threading.get_ident(), None)
 
 
+#: Who started each thread while a case ran (``watch_thread_starts``): "torch" or
+#: "harness" when their own code did (torch.compile's inductor starts a pool of compile
+#: threads on its first compile), else "function".
+_STARTED_BY: weakref.WeakKeyDictionary[threading.Thread, str] = weakref.WeakKeyDictionary()
+_STDLIB = os.path.dirname(threading.__file__)
+_TORCH = os.path.dirname(torch.__file__)
+_HARNESS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _starter(frame: Any) -> str:
+    """Whose code started a thread: the innermost caller outside the standard library
+    (``concurrent.futures`` starts a pool's threads on behalf of its caller)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        stdlib = name.startswith(_STDLIB) and not any(
+            part in name for part in ("site-packages", "dist-packages")
+        )
+        if not stdlib:
+            if name.startswith(_TORCH):
+                return "torch"
+            if name.startswith(_HARNESS):
+                return "harness"
+            return "function"
+        frame = frame.f_back
+    return "function"
+
+
+class watch_thread_starts:  # noqa: N801 (used as a context manager, like the others)
+    """During a case, ``threading.Thread.start`` notes whose code starts each thread, so a
+    thread torch starts for itself is never taken for one the Function left running."""
+
+    def __enter__(self) -> watch_thread_starts:
+        original = self.original = threading.Thread.start
+
+        def start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
+            with contextlib.suppress(Exception):  # noting never stops a thread starting
+                _STARTED_BY[thread] = _starter(sys._getframe(1))
+            return original(thread, *args, **kwargs)
+
+        self.wrapper = start
+        threading.Thread.start = start  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if threading.Thread.start is self.wrapper:
+            threading.Thread.start = self.original  # type: ignore[method-assign]
+
+
 def note_threads(case_id: str, before: set[Any]) -> list[str]:
-    """Record the threads this case started that are still alive; return their names."""
-    new = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    """Record the threads this case's Function started that are still alive; return their
+    names. Threads torch or the harness started (``watch_thread_starts``) are not its."""
+    new = [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and _STARTED_BY.get(t, "function") == "function"
+    ]
     for t in new:
         _THREAD_OWNERS[t] = case_id
     return [t.name for t in new]

@@ -31,6 +31,7 @@ from .case_state import (
     last_end,
     note_threads,
     restore_global,
+    watch_thread_starts,
 )
 from .checks import (
     CaseContext,
@@ -337,7 +338,11 @@ def run_case(
     processes = children.at_case_start(nothing_ran_since=last is not None and not others)
     start = time.perf_counter()
     describing = False
-    with watch_user_interrupt() as interrupt, capture_output() as printed:
+    with (
+        watch_user_interrupt() as interrupt,
+        capture_output() as printed,
+        watch_thread_starts(),
+    ):
         try:
             with time_limit(options.timeout_s):
                 try:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -360,3 +361,52 @@ def test_a_five_megabyte_exit_message_is_capped_keeping_both_ends():
     assert "characters truncated" in c.message
     assert c.message.startswith("the Function called sys.exit(")
     assert len(r.to_json()) < 20_000 * len(r.cases)
+
+
+def _start_thread_as_torch(event: threading.Event) -> None:
+    """Start a thread from code whose file name lies inside torch's package, as
+    torch.compile's inductor does for its compile pool (nothing is written there)."""
+    fake = os.path.join(os.path.dirname(torch.__file__), "_afdb_test_pool.py")
+    namespace = {"threading": threading, "event": event}
+    code = "t = threading.Thread(target=event.wait, name='torch-pool', daemon=True)\nt.start()"
+    exec(compile(code, fake, "exec"), namespace)
+
+
+def test_a_thread_torch_starts_during_a_case_is_not_the_functions():
+    """torch's own threads (inductor's compile pool) are neither noted as the Function's
+    nor make later leaks 'not blamed'; a thread the Function starts still is noted."""
+    from harness.api import make_entry
+    from harness.runner import run_entries
+
+    release = threading.Event()
+
+    class StartsTorchPool(hs.Double):
+        started: list[int] = []
+
+        @staticmethod
+        def vmap(info, in_dims, x):
+            if not StartsTorchPool.started:
+                StartsTorchPool.started.append(1)
+                _start_thread_as_torch(release)
+            return hs._ok(x, in_dims)
+
+    class LeaksGradMode(hs.Double):
+        @staticmethod
+        def vmap(info, in_dims, x):
+            torch.set_grad_enabled(False)
+            return hs._ok(x, in_dims)
+
+    options = Options(checks=("vmap",))
+    entries = [make_entry(StartsTorchPool, hs.samples), make_entry(LeaksGradMode, hs.samples)]
+    try:
+        results = run_entries(entries, options)
+    finally:
+        release.set()
+    pool = [r for r in results if r.entry == "StartsTorchPool"]
+    leaks = [r for r in results if r.entry == "LeaksGradMode"]
+    assert pool and all(r.status == "pass" and "thread" not in r.message for r in pool), [
+        r.message for r in pool
+    ]
+    assert leaks and all(r.status == "error" for r in leaks), [r.message for r in leaks]
+    assert all("left grad mode disabled" in r.message for r in leaks)
+    assert torch.is_grad_enabled()
