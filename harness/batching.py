@@ -251,14 +251,6 @@ class SliceSource:
     #: never hands them out (the batching helpers copy what they pass on).
     peek = _raw
 
-    def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
-        """Argument ``index`` at ``path``: a fresh copy, or (``copy=False``) the cached tensor
-        detached, for a caller that only reads it (``torch.stack`` copies anyway)."""
-        a = self._raw(path)[index]
-        if copy:
-            return _fresh(a)
-        return a.detach() if isinstance(a, torch.Tensor) else a
-
 
 # --- building batched arguments and looping -------------------------------------------------
 
@@ -266,18 +258,6 @@ class SliceSource:
 def leaf_dim(level: LevelPlan, address: Address) -> Any:
     """The batch dim of the leaf at ``address`` at one level (None: unbatched there)."""
     return dim_at(level.in_dims[address[0]], tuple(address[1:]))
-
-
-def leaf_path(plan: Plan, address: Address, path: tuple[int, ...]) -> tuple[int, ...]:
-    """The slice a leaf takes at ``path``: index 0 at every level where it is unbatched."""
-    return tuple(
-        i if leaf_dim(plan.levels[k], address) is not None else 0 for k, i in enumerate(path)
-    )
-
-
-def arg_path(plan: Plan, arg: int, path: tuple[int, ...]) -> tuple[int, ...]:
-    """The slice a (non-container) argument takes at ``path``."""
-    return leaf_path(plan, (arg,), path)
 
 
 def _tensor_path(path: tuple[int, ...], dims: Any, batched: str) -> tuple[int, ...]:
@@ -591,9 +571,6 @@ class RepeatedSlices(SliceSource):
 
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return self._slices.args(())
-
-    def arg(self, path: tuple[int, ...], index: int, *, copy: bool = True) -> Any:
-        return self._slices.arg((), index, copy=copy)
 
     def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
         return self._slices.peek(())

@@ -53,8 +53,8 @@ class GlobalState:
 
     @classmethod
     def capture(cls) -> GlobalState:
-        # One frame for the whole snapshot (it is taken twice per case), the torch calls
-        # bound once at import; the autocast devices are those of AUTOCAST_DEVICES.
+        # The whole snapshot in one function (it is taken twice per case), with the torch
+        # calls bound once at import.
         try:
             cwd: str | None = _getcwd()
         except OSError:  # the directory was removed
@@ -62,10 +62,7 @@ class GlobalState:
         level = _increment_nesting()
         _decrement_nesting()
         return cls(
-            (
-                ("cpu", _autocast_enabled("cpu"), _autocast_dtype("cpu")),
-                ("cuda", _autocast_enabled("cuda"), _autocast_dtype("cuda")),
-            ),
+            tuple((d, _autocast_enabled(d), _autocast_dtype(d)) for d in AUTOCAST_DEVICES),
             _autocast_cache_enabled(),
             int(level) - 1,
             tuple(_function_mode_stack()),
@@ -284,11 +281,10 @@ def _starter(frame: Any) -> str:
     return "function"
 
 
-class watch_thread_starts:  # noqa: N801 (used as a context manager, like the others)
-    """During a case, ``threading.Thread.start`` notes whose code starts each thread, so a
-    thread torch starts for itself is never taken for one the Function left running."""
+class _ThreadStartWatch:
+    """The context manager ``watch_thread_starts`` returns."""
 
-    def __enter__(self) -> watch_thread_starts:
+    def __enter__(self) -> _ThreadStartWatch:
         original = self.original = threading.Thread.start
 
         def start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
@@ -303,6 +299,12 @@ class watch_thread_starts:  # noqa: N801 (used as a context manager, like the ot
     def __exit__(self, *exc: object) -> None:
         if threading.Thread.start is self.wrapper:
             threading.Thread.start = self.original  # type: ignore[method-assign]
+
+
+def watch_thread_starts() -> _ThreadStartWatch:
+    """During a case, ``threading.Thread.start`` notes whose code starts each thread, so a
+    thread torch starts for itself is never taken for one the Function left running."""
+    return _ThreadStartWatch()
 
 
 def note_threads(case_id: str, before: set[Any]) -> list[str]:

@@ -16,19 +16,27 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 
 _PROC = "/proc"
 
 
-def _start_time(pid: int) -> str | None:
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first; the start
+    time is the 20th), or None when the process is gone or the line is short."""
     try:
         with open(f"{_PROC}/{pid}/stat", "rb") as f:
             data = f.read().decode("ascii", "replace")
     except OSError:
         return None
     rest = data[data.rfind(")") + 2 :].split()
-    return rest[19] if len(rest) > 19 else None
+    return rest if len(rest) > 19 else None
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[19] if fields is not None else None
 
 
 def _children(pid: int) -> list[int]:
@@ -129,13 +137,8 @@ def _reap(pids: list[int]) -> None:
 
 def _alive(pid: int, start: str) -> bool:
     """Still running (not a zombie) and still the same process."""
-    try:
-        with open(f"{_PROC}/{pid}/stat", "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return False
-    rest = data[data.rfind(")") + 2 :].split()
-    return len(rest) > 19 and rest[0] not in ("Z", "X") and rest[19] == start
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X") and fields[19] == start
 
 
 #: The descendants the last ``kill_new`` saw, with the process and thread that scanned:
@@ -144,8 +147,6 @@ _LAST_SEEN: tuple[int, int, frozenset[Descendant]] | None = None
 
 
 def _scanner() -> tuple[int, int]:
-    import threading
-
     return os.getpid(), threading.get_ident()
 
 

@@ -11,7 +11,15 @@ import torch.utils._pytree as pytree
 from torch.testing._comparison import default_tolerances
 
 from .checks import NonFiniteSample
-from .pytrees import describe_structure, flat_kind, leaf_names, leaves, spec_names
+from .pytrees import (
+    describe_structure,
+    flat_kind,
+    kind_count,
+    leaf_names,
+    leaves,
+    output_name,
+    spec_names,
+)
 
 
 def _fmt(x: float) -> str:
@@ -200,10 +208,7 @@ def compare_outputs(
         return _compare_leaves(
             list(a_top),
             list(e_top),
-            [
-                names[k] if names is not None and k < len(names) else f"output {k}"
-                for k in range(kind[1])
-            ],
+            [output_name(k, names) for k in range(kind_count(kind))],
             rtol=rtol,
             atol=atol,
             label=label,

@@ -82,6 +82,23 @@ def _regions(count: int, workers: int) -> list[list[int]]:
     return [list(range(bounds[k], bounds[k + 1])) for k in range(workers)]
 
 
+def _take_run(region: list[int], n: int, *, from_back: bool) -> list[int]:
+    """Remove and return up to ``n`` consecutive cases (ascending) from the front or the
+    back of ``region``: one message names a batch by its first and its end."""
+    step = -1 if from_back else 1
+    edge = len(region) - 1 if from_back else 0
+    run = 1
+    while run < n and run < len(region) and region[edge + step * run] == region[edge] + step * run:
+        run += 1
+    if from_back:
+        batch = region[-run:]
+        del region[-run:]
+    else:
+        batch = region[:run]
+        del region[:run]
+    return batch
+
+
 def _batch_size(remaining: int, workers: int) -> int:
     """Cases per message: big batches early (few round trips), single cases at the end (balance)."""
     return max(1, min(16, remaining // (4 * workers)))
@@ -213,23 +230,14 @@ class ForkPool:
         if not remaining:
             return False
         n = _batch_size(remaining, self.workers)
-        region = self.regions[worker.home]
-        if region:
-            first, run = region[0], 1
-            while run < n and run < len(region) and region[run] == first + run:
-                run += 1
-            worker.batch = region[:run]
-            del region[:run]
+        own = self.regions[worker.home]
+        if own:
+            worker.batch = _take_run(own, n, from_back=False)
         else:
-            region = self.regions[self._fullest()]
-            last, run = region[-1], 1
-            while run < n and run < len(region) and region[-1 - run] == last - run:
-                run += 1
-            worker.batch = region[-run:]
-            del region[-run:]
-            first = worker.batch[0]
+            worker.batch = _take_run(self.regions[self._fullest()], n, from_back=True)
+        first, end = worker.batch[0], worker.batch[-1] + 1
         with contextlib.suppress(OSError):  # a dead worker: its end of file says so next
-            os.write(worker.to_worker, f"{first} {first + run}\n".encode())
+            os.write(worker.to_worker, f"{first} {end}\n".encode())
         return True
 
     def _retire(self, worker: _Worker, *, kill: bool) -> None:

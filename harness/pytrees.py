@@ -48,9 +48,18 @@ def leaf_names(out: Any, names: Sequence[str] | None = None) -> list[str]:
             result.append("output 0")
             continue
         k = getattr(path[0], "idx", 0)
-        head = names[k] if names is not None and k < len(names) else f"output {k}"
-        result.append(head + pytree.keystr(path[1:]))
+        result.append(output_name(k, names) + pytree.keystr(path[1:]))
     return result
+
+
+def output_name(k: int, names: Sequence[str] | None = None) -> str:
+    """Top-level output ``k`` as messages name it: ``names[k]`` where given, else ``output k``."""
+    return names[k] if names is not None and k < len(names) else f"output {k}"
+
+
+def kind_count(kind: Any) -> int:
+    """How many leaves outputs of ``flat_kind`` ``kind`` have."""
+    return 1 if kind == "tensor" else int(kind[1])
 
 
 def is_flat(out: Any) -> bool:
@@ -156,16 +165,12 @@ class FlatCall:
     def names(self, names: Sequence[str] | None = None) -> list[str]:
         kind = self._kind
         if kind is not None:
-            n = 1 if kind == "tensor" else kind[1]
-            return [
-                names[k] if names is not None and k < len(names) else f"output {k}"
-                for k in range(n)
-            ]
+            return [output_name(k, names) for k in range(kind_count(kind))]
         return spec_names(self._spec, names) if self._spec is not None else []
 
     def top_level(self, count: int) -> set[int]:
         """Flat indices of the leaves that are outputs themselves (``top_level_leaves``);
         all ``count`` of them before any call."""
         if self._kind is not None:
-            return set(range(1 if self._kind == "tensor" else self._kind[1]))
+            return set(range(kind_count(self._kind)))
         return top_level_leaves(self._spec) if self._spec is not None else set(range(count))
