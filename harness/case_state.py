@@ -256,7 +256,8 @@ def forget_last_case() -> None:
 
 #: Who started each thread while a case ran (``watch_thread_starts``): "torch" or
 #: "harness" when their own code did (torch.compile's inductor starts a pool of compile
-#: threads on its first compile), else "function".
+#: threads on its first compile), "other" when a thread outside the case started it,
+#: else "function".
 _STARTED_BY: weakref.WeakKeyDictionary[threading.Thread, str] = weakref.WeakKeyDictionary()
 _STDLIB = os.path.dirname(threading.__file__)
 _TORCH = os.path.dirname(torch.__file__)
@@ -281,15 +282,26 @@ def _starter(frame: Any) -> str:
     return "function"
 
 
+def _started_by(case_thread: threading.Thread, frame: Any) -> str:
+    """Who starts a thread during a case: the Function only from the case's own thread or
+    from a thread the Function started. A thread some other thread of the process starts
+    meanwhile (a test runner's, a logging library's) is "other": never the case's."""
+    starter = threading.current_thread()
+    if starter is not case_thread and _STARTED_BY.get(starter) != "function":
+        return "other"
+    return _starter(frame)
+
+
 class _ThreadStartWatch:
     """The context manager ``watch_thread_starts`` returns."""
 
     def __enter__(self) -> _ThreadStartWatch:
         original = self.original = threading.Thread.start
+        case_thread = threading.current_thread()
 
         def start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
             with contextlib.suppress(Exception):  # noting never stops a thread starting
-                _STARTED_BY[thread] = _starter(sys._getframe(1))
+                _STARTED_BY[thread] = _started_by(case_thread, sys._getframe(1))
             return original(thread, *args, **kwargs)
 
         self.wrapper = start

@@ -410,3 +410,56 @@ def test_a_thread_torch_starts_during_a_case_is_not_the_functions():
     assert leaks and all(r.status == "error" for r in leaks), [r.message for r in leaks]
     assert all("left grad mode disabled" in r.message for r in leaks)
     assert torch.is_grad_enabled()
+
+
+def test_a_thread_another_thread_starts_during_a_case_is_not_the_functions():
+    """A thread some other thread of the process starts while a case runs (a test runner's
+    or a logging library's, on its own schedule) is not taken for the Function's: no note,
+    and a later leak is still blamed. A thread the Function starts from its own thread
+    still is noted (``test_a_thread_torch_starts_during_a_case_is_not_the_functions``)."""
+    from harness.api import make_entry
+    from harness.runner import run_entries
+
+    go, started, release = threading.Event(), threading.Event(), threading.Event()
+
+    def bystander() -> None:  # started before any case: not a Function's thread
+        go.wait(30)
+        threading.Thread(target=release.wait, args=(30,), name="bystander-child").start()
+        started.set()
+
+    class WakesBystander(hs.Double):
+        woken: list[int] = []
+
+        @staticmethod
+        def vmap(info, in_dims, x):
+            if not WakesBystander.woken:
+                WakesBystander.woken.append(1)
+                go.set()
+                started.wait(30)  # the bystander starts its thread during this case
+            return hs._ok(x, in_dims)
+
+    class LeaksGradMode(hs.Double):
+        @staticmethod
+        def vmap(info, in_dims, x):
+            torch.set_grad_enabled(False)
+            return hs._ok(x, in_dims)
+
+    waiter = threading.Thread(target=bystander, name="bystander", daemon=True)
+    waiter.start()
+    options = Options(checks=("vmap",))
+    entries = [make_entry(WakesBystander, hs.samples), make_entry(LeaksGradMode, hs.samples)]
+    try:
+        results = run_entries(entries, options)
+    finally:
+        go.set()
+        release.set()
+        waiter.join(30)
+    assert started.is_set()
+    woken = [r for r in results if r.entry == "WakesBystander"]
+    leaks = [r for r in results if r.entry == "LeaksGradMode"]
+    assert woken and all(r.status == "pass" and "thread" not in r.message for r in woken), [
+        r.message for r in woken
+    ]
+    assert leaks and all(r.status == "error" for r in leaks), [r.message for r in leaks]
+    assert all("left grad mode disabled" in r.message for r in leaks)
+    assert torch.is_grad_enabled()
