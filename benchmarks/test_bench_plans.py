@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.batching import ArgLayout, nested_plans, single_level_plans
+from harness.plans import ArgLayout, nested_plans, single_level_plans
 
 from .plan_counts import counts
 

@@ -27,13 +27,13 @@ from autograd_function_db.entry import (
 )
 from autograd_function_db.hazards import find_hazards, safe_batch_sizes, sample_dim_sizes
 
-from .batching import derive_seed
 from .isolation import DEFAULT_TIMEOUT_S
 from .metadata import run_metadata
 from .options import DTYPES, Options
 from .pytree_args import leaves, map_leaves
 from .results import CaseResult, RunResult
 from .runner import run_entries
+from .slices import derive_seed
 
 
 class UsageError(ValueError):

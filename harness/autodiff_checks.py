@@ -50,10 +50,6 @@ from .autodiff_refs import (
     ONCE_DIFFERENTIABLE_REASON,
     SECOND_ORDER_REFERENCE,
 )
-from .batching import (
-    derive_seed,
-    seeded_call,
-)
 from .checks import (
     CaseContext,
     CheckSpec,
@@ -80,6 +76,7 @@ from .second_order import (
     run_jvp_of_vjp,
     run_vjp_of_vjp,
 )
+from .slices import derive_seed, seeded_call
 
 # --- capabilities ----------------------------------------------------------------------------
 

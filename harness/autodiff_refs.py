@@ -22,9 +22,7 @@ from autograd_function_db.entry import GRADIENT_CUSTOM, Entry, Tolerances
 
 from . import dtype_tolerance
 from . import finite_diff as fd
-from .batching import (
-    as_tuple,
-)
+from .batching import as_tuple
 from .checks import (
     CaseContext,
     CheckFailure,

@@ -26,18 +26,12 @@ import torch
 
 from autograd_function_db.entry import Entry
 
-from .batching import (
-    ArgLayout,
-    LevelPlan,
-    Plan,
-    as_tuple,
-    build_batched_args,
-    nested_plans,
-    vmapped,
-)
+from .batching import as_tuple, vmapped
 from .checks import CaseContext, CheckFailure, CheckSpec, Unsupported, get_check, register
 from .compare import compare_outputs
 from .options import Options
+from .plans import ArgLayout, LevelPlan, Plan, nested_plans
+from .slices import build_batched_args
 
 CROSS_BACKEND = "cross_backend"
 

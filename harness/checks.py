@@ -17,8 +17,9 @@ import torch
 
 from autograd_function_db.entry import VMAP_NONE, Entry, Sample
 
-from .batching import ArgLayout, Plan, SliceSource, derive_seed
 from .options import Options, sample_dtype
+from .plans import ArgLayout, Plan
+from .slices import SliceSource, derive_seed
 
 
 class CheckFailure(AssertionError):

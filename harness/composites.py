@@ -33,31 +33,26 @@ from .autodiff_refs import (
     random_like,
     restricted,
 )
-from .batching import (
-    MID,
-    ArgLayout,
-    LevelPlan,
-    Plan,
-    PlanSlices,
-    SliceSource,
-    any_batched,
-    as_tuple,
-    build_batched_args,
-    choose_rows,
-    concrete_out_dims,
-    loop_reference,
-    nested_plans,
-    normalize_dim,
-    single_level_plans,
-    unit_choices,
-    vmapped,
-)
+from .batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from .checks import (
     CaseContext,
     ReferenceRaised,
     Unsupported,
 )
 from .options import Options
+from .plans import (
+    MID,
+    ArgLayout,
+    LevelPlan,
+    Plan,
+    any_batched,
+    choose_rows,
+    nested_plans,
+    normalize_dim,
+    single_level_plans,
+    unit_choices,
+)
+from .slices import PlanSlices, SliceSource, build_batched_args
 
 # --- autodiff composed with vmap -------------------------------------------------------------
 

@@ -20,22 +20,14 @@ import torch.utils._pytree as pytree
 
 from autograd_function_db.entry import VMAP_GENERATED, VMAP_NONE, Entry
 
-from .batching import (
-    ArgLayout,
-    Plan,
-    as_tuple,
-    build_batched_args,
-    concrete_out_dims,
-    loop_reference,
-    nested_plans,
-    single_level_plans,
-    vmapped,
-)
+from .batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from .checks import CaseContext, CheckFailure, CheckSpec, needs_vmap, register
 from .options import Options
+from .plans import ArgLayout, Plan, nested_plans, single_level_plans
 from .pytree_args import dim_at, fmt, leaves, map_leaves
 from .pytree_args import structure as arg_structure
 from .pytrees import FlatCall, describe_structure, is_flat, leaf_names, structure
+from .slices import build_batched_args
 
 
 @dataclass

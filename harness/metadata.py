@@ -75,7 +75,7 @@ def run_metadata(
             "beyond (a strength-2 covering array over each tensor leaf's positions None, 0, "
             "interior, -1); nested: fixed set plus pairwise per level; composite checks: "
             "pairwise over the arguments and the cotangents/tangents; chunked: fixed set "
-            "(see harness/batching.py)"
+            "(see harness/plans.py)"
         ),
         "checks": list(options.checks) if options.checks else "all",
         "source": source,

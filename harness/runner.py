@@ -20,7 +20,6 @@ import torch
 from autograd_function_db.entry import Entry, Sample
 
 from . import children
-from .batching import ArgLayout, Plan, SliceSource, sample_seed
 from .blame import blamed, blamed_reference, classify, internal_message
 from .case_state import (
     GlobalState,
@@ -54,6 +53,7 @@ from .isolation import (
     watch_user_interrupt,
 )
 from .options import Options, dtype_name, sample_dtype_name
+from .plans import ArgLayout, Plan
 from .results import (
     ERROR,
     FAIL,
@@ -63,6 +63,7 @@ from .results import (
     UNSUPPORTED,
     CaseResult,
 )
+from .slices import SliceSource, sample_seed
 from .textsafe import cap, safe_str
 
 

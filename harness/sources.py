@@ -39,8 +39,8 @@ from autograd_function_db.hazards import safe_batch_sizes, sample_dim_sizes
 from autograd_function_db.registry import Registry, validate_entry
 
 from .api import UsageError
-from .batching import seed_cpu_rng
 from .options import Options
+from .slices import seed_cpu_rng
 
 SOURCES: dict[str, str] = {
     "afdb": "this suite's registry (autograd_function_db.REGISTRY)",

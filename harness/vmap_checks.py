@@ -14,26 +14,21 @@ import torch
 
 from autograd_function_db.entry import VMAP_NONE, Entry
 
-from .batching import (
-    ArgLayout,
-    Plan,
-    RepeatedSlices,
-    as_tuple,
-    build_batched_args,
-    chunked_plans,
-    concrete_out_dims,
-    hazard_plans,
-    loop_reference,
-    nested_plans,
-    normalize_dim,
-    seeded_call,
-    single_level_plans,
-    vmapped,
-)
+from .batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from .checks import CaseContext, CheckFailure, CheckSpec, Unsupported, needs_vmap, register
 from .compare import compare_outputs
 from .options import Options
+from .plans import (
+    ArgLayout,
+    Plan,
+    chunked_plans,
+    hazard_plans,
+    nested_plans,
+    normalize_dim,
+    single_level_plans,
+)
 from .pytrees import FlatCall, describe_structure
+from .slices import RepeatedSlices, build_batched_args, seeded_call
 
 # --- custom ops without a vmap rule: torch falls back to a slow loop ------------------------
 

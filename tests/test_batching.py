@@ -10,17 +10,16 @@ from autograd_function_db.entry import Sample, entry
 from autograd_function_db.hazards import HazardousSampleError
 from autograd_function_db.numpy_ops import NumpyCube, NumpyMul, unary_samples
 from autograd_function_db.registry import Registry, RegistryError
-from harness.batching import (
+from harness.batching import loop_reference
+from harness.plans import (
     ArgLayout,
     LevelPlan,
     Plan,
-    SliceSource,
-    build_batched_args,
     chunked_plans,
-    loop_reference,
     nested_plans,
     single_level_plans,
 )
+from harness.slices import SliceSource, build_batched_args
 
 
 def layout(*ranks, linked=()):
@@ -254,8 +253,8 @@ def test_kept_stacks_and_slices_survive_a_function_that_modifies_its_inputs():
 
 
 def test_repeated_slices_and_per_case_extras_are_never_kept_stacks():
-    from harness.batching import RepeatedSlices
     from harness.composites import WithExtras
+    from harness.slices import RepeatedSlices
 
     slices = _pair_source()
     plan = Plan((LevelPlan(2, (0, None)),))

@@ -10,8 +10,9 @@ import torch
 
 from autograd_function_db.entry import Sample
 from harness import children
-from harness.batching import LevelPlan, Plan, PlanSlices, SliceSource
 from harness.case_state import GlobalState, differences
+from harness.plans import LevelPlan, Plan
+from harness.slices import PlanSlices, SliceSource
 
 
 def test_a_child_started_by_another_thread_is_seen_by_the_one_syscall_check():
