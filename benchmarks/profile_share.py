@@ -39,17 +39,25 @@ def _bucket(filename: str) -> str:
     return "builtins/other"
 
 
-def _charged(stats: pstats.Stats) -> list[tuple[str, float]]:
-    """(file the time is charged to, seconds) for every profiled function: a C function (a
-    torch op, a builtin) is charged to its callers' files, in proportion to their calls."""
-    out: list[tuple[str, float]] = []
-    for (filename, _line, _func), (_cc, _nc, tottime, _ct, callers) in stats.stats.items():  # type: ignore[attr-defined]
+def _kind(func: str) -> str:
+    """What a C function is: a torch op (a tensor method, a ``torch.*`` builtin) or another
+    builtin (system calls, containers, hashing)."""
+    return "torch ops" if "torch" in func else "other C functions"
+
+
+def _charged(stats: pstats.Stats) -> list[tuple[str, float, str]]:
+    """(file the time is charged to, seconds, what ran) for every profiled function: a C
+    function (a torch op, a builtin) is charged to its callers' files, in proportion to
+    their calls; what ran is "Python code", "torch ops" or "other C functions"."""
+    out: list[tuple[str, float, str]] = []
+    for (filename, _line, func), (_cc, _nc, tottime, _ct, callers) in stats.stats.items():  # type: ignore[attr-defined]
         if filename == "~" and callers:
             weights = {k: v[3] for k, v in callers.items()}
             whole_w = sum(weights.values()) or 1.0
-            out += [(caller[0], tottime * w / whole_w) for caller, w in weights.items()]
+            kind = _kind(func)
+            out += [(caller[0], tottime * w / whole_w, kind) for caller, w in weights.items()]
         else:
-            out.append((filename, tottime))
+            out.append((filename, tottime, "Python code"))
     return out
 
 
@@ -67,7 +75,7 @@ def profiled(options: Options, source: str = "afdb") -> tuple[pstats.Stats, int,
 def shares_of(stats: pstats.Stats) -> dict[str, float]:
     totals = {name: 0.0 for name, _ in BUCKETS}
     totals["builtins/other"] = 0.0
-    for filename, seconds in _charged(stats):
+    for filename, seconds, _ in _charged(stats):
         totals[_bucket(filename)] += seconds
     whole = sum(totals.values()) or 1.0
     return {f"share_{k}": v / whole for k, v in totals.items()}
@@ -76,11 +84,27 @@ def shares_of(stats: pstats.Stats) -> dict[str, float]:
 def harness_by_file(stats: pstats.Stats) -> list[tuple[str, float]]:
     """Self-time charged to each harness module (seconds, largest first)."""
     per: dict[str, float] = {}
-    for filename, seconds in _charged(stats):
+    for filename, seconds, _ in _charged(stats):
         if _bucket(filename) == "harness":
             name = filename.rsplit("/harness/", 1)[-1]
             per[name] = per.get(name, 0.0) + seconds
     return sorted(per.items(), key=lambda kv: -kv[1])
+
+
+def harness_by_kind(stats: pstats.Stats) -> dict[str, float]:
+    """The harness's self-time by what ran: its own Python code, the torch ops it calls (the
+    copies, stacks, draws and comparisons the checks need) and other C functions (the
+    system calls of the per-case isolation, hashing, containers)."""
+    per = {"Python code": 0.0, "torch ops": 0.0, "other C functions": 0.0}
+    for filename, seconds, kind in _charged(stats):
+        if _bucket(filename) == "harness":
+            per[kind] += seconds
+    return per
+
+
+#: The modules of the per-case isolation (state snapshots and restores, output capture,
+#: child processes, threads, the time limit).
+ISOLATION = ("isolation.py", "case_state.py", "children.py")
 
 
 def profile_run(options: Options, source: str = "afdb") -> dict[str, float]:
@@ -110,10 +134,18 @@ def main() -> None:
         print(f"{k[6:]:<16} {100 * v:5.1f}% of self-time")
     print("C functions are charged to the package that called them.")
     if args.by_file:
-        whole = sum(seconds for _f, seconds in _charged(stats)) or 1.0
+        whole = sum(seconds for _f, seconds, _k in _charged(stats)) or 1.0
         print("\nharness self-time by module (C functions charged to their callers):")
-        for name, seconds in harness_by_file(stats):
+        by_file = harness_by_file(stats)
+        for name, seconds in by_file:
             print(f"  {name:<24} {1000 * seconds:7.1f} ms  {100 * seconds / whole:5.1f}%")
+        isolation = sum(seconds for name, seconds in by_file if name in ISOLATION)
+        print(
+            f"  {'(per-case isolation)':<24} {1000 * isolation:7.1f} ms  {100 * isolation / whole:5.1f}%"
+        )
+        print("\nharness self-time by what ran:")
+        for kind, seconds in harness_by_kind(stats).items():
+            print(f"  {kind:<24} {1000 * seconds:7.1f} ms  {100 * seconds / whole:5.1f}%")
 
 
 if __name__ == "__main__":
