@@ -30,10 +30,11 @@ def test_cases_per_second(benchmark, family):
     results = benchmark.pedantic(
         lambda: run_entries(list(REGISTRY), options), rounds=1, iterations=1
     )
-    seconds = benchmark.stats.stats.mean
-    benchmark.extra_info["cases"] = len(results)
-    benchmark.extra_info["cases_per_second"] = round(len(results) / seconds, 1)
     assert results
+    benchmark.extra_info["cases"] = len(results)
+    if benchmark.stats is not None:  # None under --benchmark-disable (a smoke run)
+        seconds = benchmark.stats.stats.mean
+        benchmark.extra_info["cases_per_second"] = round(len(results) / seconds, 1)
 
 
 def test_time_share(benchmark):
