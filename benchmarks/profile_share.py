@@ -1,10 +1,14 @@
 """Where does `afdb run` spend its time? Profile a run and split self-time by package.
 
     python -m benchmarks.profile_share [--source pytorch] [--checks vmap,contract] [--by-file]
+                                       [--sampling]
 
 Prints cases per second and the share of self-time in torch (transforms,
 kernels, autograd), in the harness (plans, references, comparison, runner),
 in the registry's Functions (numpy-backed forwards and rules), and elsewhere.
+``--sampling`` also measures the shares with a sampling profiler (a CPU-time timer
+signal that notes the running Python frame's file): no cost per call, so it checks
+that cProfile's per-call cost does not skew the split.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import signal
 import time
 
 from harness.options import Options
@@ -107,6 +112,32 @@ def harness_by_kind(stats: pstats.Stats) -> dict[str, float]:
 ISOLATION = ("isolation.py", "case_state.py", "children.py")
 
 
+def sampled_shares(
+    entries: list, options: Options, rounds: int = 3, interval_s: float = 0.001
+) -> tuple[dict[str, float], int]:
+    """Shares of CPU time by package from timer-signal samples over ``rounds`` runs: each
+    sample counts for the file of the Python frame running when it arrives (a C function
+    delays the signal to its return, so its time goes to its caller, as in ``_charged``).
+    Returns the shares and the number of samples (their resolution is the kernel tick)."""
+    counts = {name: 0 for name, _ in BUCKETS}
+    counts["builtins/other"] = 0
+
+    def on_sample(_signum: int, frame: object) -> None:
+        code = getattr(frame, "f_code", None)
+        counts[_bucket(code.co_filename if code is not None else "")] += 1
+
+    previous = signal.signal(signal.SIGPROF, on_sample)
+    signal.setitimer(signal.ITIMER_PROF, interval_s, interval_s)
+    try:
+        for _ in range(rounds):
+            run_entries(entries, options)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, previous)
+    n = sum(counts.values())
+    return {f"share_{k}": v / (n or 1) for k, v in counts.items()}, n
+
+
 def profile_run(options: Options, source: str = "afdb") -> dict[str, float]:
     stats, cases, wall = profiled(options, source)
     shares = shares_of(stats)
@@ -121,6 +152,11 @@ def main() -> None:
     p.add_argument("--checks", default=None, help="comma-separated checks (default: all)")
     p.add_argument(
         "--by-file", action="store_true", help="also split the harness's self-time by module"
+    )
+    p.add_argument(
+        "--sampling",
+        action="store_true",
+        help="also measure the shares with a sampling profiler (3 more runs)",
     )
     args = p.parse_args()
     options = Options(checks=tuple(args.checks.split(",")) if args.checks else None)
@@ -146,6 +182,12 @@ def main() -> None:
         print("\nharness self-time by what ran:")
         for kind, seconds in harness_by_kind(stats).items():
             print(f"  {kind:<24} {1000 * seconds:7.1f} ms  {100 * seconds / whole:5.1f}%")
+
+    if args.sampling:
+        shares, n = sampled_shares(entries, run_options)
+        print(f"\nsampling profiler ({n} samples over 3 runs, no cost per call):")
+        for k, v in shares.items():
+            print(f"{k[6:]:<16} {100 * v:5.1f}% of CPU time")
 
 
 if __name__ == "__main__":

@@ -22,17 +22,26 @@ as_tuple = output_leaves
 
 
 def loop_reference(
-    fn: Callable[..., Any], plan: Plan, slices: SliceSource
+    fn: Callable[..., Any], plan: Plan, slices: SliceSource, *, reuse: Any = None
 ) -> tuple[tuple[Any, ...], bool]:
     """Call ``fn`` once per slice (nested loops for nested plans), stack at each level's out_dims.
 
     Returns the stacked outputs as a tuple and whether ``fn`` returned a tuple.
     This never touches the Function's vmap rule: it is the reference for it.
+
+    ``reuse``: a key naming what ``fn`` calls (a ``FlatCall`` of the Function's eager
+    call, deterministic on its inputs): the per-slice outputs are then kept by the slice
+    source and reused by the sample's later plans that read the same slices, so a slice
+    is called once per sample, not once per plan. ``fn`` is left remembering the output
+    structure of its last slice, as if it had been called.
     """
     returned_tuple = False
     reader = PlanSlices.of(plan, slices)
     levels = plan.levels
     innermost = len(levels) - 1
+    kept = reader.outputs_kept(reuse) if reuse is not None and levels else None
+    if kept is not None:
+        return _loop_reusing(fn, reader, kept)
 
     def call(path: tuple[int, ...]) -> tuple[Any, ...]:
         nonlocal returned_tuple
@@ -64,19 +73,7 @@ def loop_reference(
                 per_slice.append(tuple(detached))
         else:
             per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
-        stacked = []
-        out_dims = lv.out_dims
-        for k, first in enumerate(per_slice[0]):
-            if not isinstance(first, is_tensor):
-                stacked.append(first)
-                continue
-            n = first.dim() + 1
-            dim = out_dims if isinstance(out_dims, int) else resolve_out_dim(out_dims, n - 1)
-            parts = []
-            for s in per_slice:
-                parts.append(s[k])
-            stacked.append(torch.stack(parts, dim=normalize_dim(dim, n)))
-        return tuple(stacked)
+        return stack_slices(per_slice, lv.out_dims)
 
     outs = run(0, ()) if levels else call(())
     return outs, returned_tuple
@@ -121,3 +118,53 @@ def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) 
         )
         result.append(dims if returned_tuple else dims[0])
     return result
+
+
+def _loop_reusing(
+    fn: Any, reader: PlanSlices, kept: dict[tuple[int, ...], Any]
+) -> tuple[tuple[Any, ...], bool]:
+    """``loop_reference`` with the per-slice outputs taken from ``kept`` where an earlier
+    plan of the sample called the same slice (a ``FlatCall``: it always returns a tuple,
+    and its remembered structure is put back from the slice's)."""
+    levels = reader.plan.levels
+    innermost = len(levels) - 1
+    call_args = reader.call_args
+    last: Any = None
+
+    def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
+        nonlocal last
+        lv = levels[level]
+        if level == innermost:
+            per_slice: list[tuple[Any, ...]] = []
+            for i in range(lv.batch_size):
+                p = (*path, i)
+                hit = kept.get(p)
+                if hit is None:
+                    out = fn(*call_args(p))
+                    hit = kept[p] = (
+                        tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in out),
+                        fn.remembered(),
+                    )
+                last = hit[1]
+                per_slice.append(hit[0])
+        else:
+            per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
+        return stack_slices(per_slice, lv.out_dims)
+
+    outs = run(0, ())
+    fn.remember(last)
+    return outs, True
+
+
+def stack_slices(per_slice: Sequence[tuple[Any, ...]], out_dims: Any) -> tuple[Any, ...]:
+    """Per-slice outputs stacked at ``out_dims`` (an int, or "mid" per output); a value
+    that is not a tensor is the first slice's."""
+    stacked = []
+    for k, first in enumerate(per_slice[0]):
+        if not isinstance(first, torch.Tensor):
+            stacked.append(first)
+            continue
+        n = first.dim() + 1
+        dim = out_dims if isinstance(out_dims, int) else resolve_out_dim(out_dims, n - 1)
+        stacked.append(torch.stack([s[k] for s in per_slice], dim=normalize_dim(dim, n)))
+    return tuple(stacked)

@@ -281,7 +281,7 @@ def run_contract(ctx: CaseContext) -> str | None:
     assert plan is not None
     entry = ctx.entry
     fn = FlatCall(entry.call)
-    reference, _ = loop_reference(fn, plan, ctx.slices)
+    reference, _ = loop_reference(fn, plan, ctx.slices, reuse=("forward", entry.call))
     # One slice's outputs fix count, structure, dtypes and devices.
     one = entry.call(*ctx.slices.args())
     per_slice_ref, spec = as_tuple(one), structure(one)

@@ -149,6 +149,14 @@ class FlatCall:
         self._spec = None
         return (out,) if kind == "tensor" else tuple(out)
 
+    def remembered(self) -> tuple[Any, pytree.TreeSpec | None]:
+        """The structure the last call returned, to ``remember`` for a call reused later."""
+        return self._kind, self._spec
+
+    def remember(self, state: tuple[Any, pytree.TreeSpec | None]) -> None:
+        """Take the structure of a call made earlier (a reused output) as the last seen."""
+        self._kind, self._spec = state
+
     @property
     def spec(self) -> pytree.TreeSpec | None:
         if self._spec is None and self._kind is not None:

@@ -116,6 +116,9 @@ class SliceSource:
         #: Plan readers by plan id (``PlanSlices.of``): they hold no data of their own (only
         #: detached views of the cached slices).
         self._readers: dict[str, PlanSlices] = {}
+        #: Per-slice outputs of a deterministic reference call (``PlanSlices.outputs_kept``),
+        #: by what was called and which levels batch each argument, then path.
+        self._slice_outputs: dict[tuple[Any, ...], dict[tuple[int, ...], Any]] = {}
 
     def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
         """Where stacked leaves of argument ``index`` are kept between plans and cases."""
@@ -228,8 +231,9 @@ class PlanSlices:
         self._simple = peek is not None and all(k != "container" for k, *_ in self.layout)
         self._tensor = tuple([k == "tensor" for k, *_ in self.layout])
         kept_at = getattr(slices, "_call_slices", None)
+        self._mask = tuple(mask)
         self._at: dict[tuple[int, ...], tuple[Any, ...]] = (
-            kept_at.setdefault(tuple(mask), {}) if kept_at is not None else {}
+            kept_at.setdefault(self._mask, {}) if kept_at is not None else {}
         )
 
     @classmethod
@@ -243,6 +247,20 @@ class PlanSlices:
         if reader is None or (reader.plan is not plan and reader.plan.levels != plan.levels):
             reader = kept[plan.id] = cls(plan, slices)
         return reader
+
+    def outputs_kept(self, key: Any) -> dict[tuple[int, ...], Any] | None:
+        """Where the per-slice outputs of the call ``key`` names are kept for every plan of
+        the sample that reads the same slices (same arguments batched at the same levels):
+        a plan differs from another in where the batch dims sit, not in its slices. None
+        when the arguments hold a container (the mask does not say its leaves' dims) or
+        the source keeps nothing."""
+        kept = getattr(self.slices, "_slice_outputs", None)
+        if kept is None or not self._simple:
+            return None
+        try:
+            return kept.setdefault((key, self._mask), {})
+        except TypeError:  # an unhashable callable: nothing is kept for it
+            return None
 
     def _dims(self, address: Address) -> tuple[Any, ...]:
         return tuple(leaf_dim(lv, address) for lv in self.plan.levels)

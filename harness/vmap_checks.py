@@ -175,7 +175,7 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     # The Function's outputs may be any pytree: vmap and the loop see the flat leaves, the
     # structures are compared on their own.
     ref_fn, fn = FlatCall(ctx.entry.call), FlatCall(ctx.entry.call)
-    expected, _ = loop_reference(ref_fn, plan, ctx.slices)
+    expected, _ = loop_reference(ref_fn, plan, ctx.slices, reuse=("forward", ctx.entry.call))
     out_dims = concrete_out_dims(plan, expected, True)
     args = build_batched_args(plan, ctx.slices)
     snapshot = inputs_snapshot(args, ctx.entry.caps.inplace_args)
