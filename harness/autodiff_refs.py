@@ -412,6 +412,36 @@ def diff_view(ctx: CaseContext) -> DiffView:
     return DiffView(entry, args, diff, outs, outputs, tuple(names))
 
 
+def sample_view(ctx: CaseContext) -> DiffView:
+    """``diff_view`` then ``eager_protocol`` of the case's sample, once per sample for the
+    checks that only read the view (the composite checks: its tensors give the shapes and
+    dtypes of the extras, never inputs). A verdict either gave (``Unsupported``,
+    ``CheckFailure``) is raised again, with its message, for the sample's later cases; any
+    other exception is not kept (the next case calls again). A random entry's seeded call
+    is a new callable per case, so it is never reused."""
+    kept = getattr(ctx.slices, "views", None)
+    key = ctx.entry.call
+    try:
+        hit = kept.get(key) if kept is not None else None
+    except TypeError:  # an unhashable callable: nothing is kept for it
+        kept, hit = None, None
+    if hit is not None:
+        view, verdict = hit
+        if verdict is not None:
+            raise verdict[0](verdict[1])
+        return view  # type: ignore[no-any-return]
+    try:
+        view = diff_view(ctx)
+        eager_protocol(ctx, view)
+    except (Unsupported, CheckFailure) as e:
+        if kept is not None and type(e) in (Unsupported, CheckFailure):
+            kept[key] = (None, (type(e), str(e)))
+        raise
+    if kept is not None:
+        kept[key] = (view, None)
+    return view
+
+
 def random_like(gen: torch.Generator, likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Standard normal tensors shaped and typed like ``likes`` (drawn in float64; complex
     ones get a random imaginary part too, so a forgotten conjugate shows)."""

@@ -124,11 +124,13 @@ def _loop_reusing(
     fn: Any, reader: PlanSlices, kept: dict[tuple[int, ...], Any]
 ) -> tuple[tuple[Any, ...], bool]:
     """``loop_reference`` with the per-slice outputs taken from ``kept`` where an earlier
-    plan of the sample called the same slice (a ``FlatCall``: it always returns a tuple,
-    and its remembered structure is put back from the slice's)."""
+    plan of the sample called the same slice. ``fn`` returns a flat tuple; a ``FlatCall``
+    gets its remembered structure put back from the slice's (a key is only ever used with
+    one kind of ``fn``)."""
     levels = reader.plan.levels
     innermost = len(levels) - 1
     call_args = reader.call_args
+    remembered = getattr(fn, "remembered", None)
     last: Any = None
 
     def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
@@ -143,7 +145,7 @@ def _loop_reusing(
                     out = fn(*call_args(p))
                     hit = kept[p] = (
                         tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in out),
-                        fn.remembered(),
+                        remembered() if remembered is not None else None,
                     )
                 last = hit[1]
                 per_slice.append(hit[0])
@@ -152,7 +154,8 @@ def _loop_reusing(
         return stack_slices(per_slice, lv.out_dims)
 
     outs = run(0, ())
-    fn.remember(last)
+    if remembered is not None:
+        fn.remember(last)
     return outs, True
 
 

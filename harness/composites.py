@@ -26,12 +26,11 @@ from .autodiff_refs import (
     Watch,
     _all_outputs,
     attempt,
-    diff_view,
     eager_jvp,
-    eager_protocol,
     eager_vjp,
     random_like,
     restricted,
+    sample_view,
 )
 from .batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from .checks import (
@@ -287,8 +286,7 @@ def check_words(label: str) -> str:
 
 
 def run_vmap_of_vjp(ctx: CaseContext) -> str:
-    view = diff_view(ctx)
-    eager_protocol(ctx, view)
+    view = sample_view(ctx)
     entry = ctx.entry
     n = len(view.args)
 
@@ -316,8 +314,7 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
 
 
 def run_vmap_of_jvp(ctx: CaseContext) -> str:
-    view = diff_view(ctx)
-    eager_protocol(ctx, view)
+    view = sample_view(ctx)
     entry = ctx.entry
     n = len(view.args)
     plan = ctx.plan
@@ -360,14 +357,15 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
 
 
 def run_grad_of_vmap(ctx: CaseContext) -> str:
-    view = diff_view(ctx)
-    eager_protocol(ctx, view)
+    view = sample_view(ctx)
     entry = ctx.entry
     plan = ctx.plan
     assert plan is not None
     findings = Findings.of(ctx)
     fn = _all_outputs(entry)
-    stacked, returned_tuple = loop_reference(fn, plan, ctx.slices)
+    stacked, returned_tuple = loop_reference(
+        fn, plan, ctx.slices, reuse=("all outputs", entry.call)
+    )
     out_dims = concrete_out_dims(plan, stacked, returned_tuple)
     reader = PlanSlices.of(plan, ctx.slices)
     batched = reader.batched()
@@ -448,8 +446,7 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
     reference is a loop of per-slice eager jvps (``torch.autograd.forward_ad``) on the
     matching slices of primals and tangents, stacked at out_dims.
     """
-    view = diff_view(ctx)
-    eager_protocol(ctx, view)
+    view = sample_view(ctx)
     entry = ctx.entry
     plan = ctx.plan
     assert plan is not None

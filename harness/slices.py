@@ -119,6 +119,9 @@ class SliceSource:
         #: Per-slice outputs of a deterministic reference call (``PlanSlices.outputs_kept``),
         #: by what was called and which levels batch each argument, then path.
         self._slice_outputs: dict[tuple[Any, ...], dict[tuple[int, ...], Any]] = {}
+        #: Per-sample facts the composite checks share, by the call they describe
+        #: (``autodiff_refs.sample_view``): the differentiable view and the eager protocol.
+        self.views: dict[Any, Any] = {}
 
     def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
         """Where stacked leaves of argument ``index`` are kept between plans and cases."""

@@ -339,3 +339,44 @@ def test_registry_passes_every_autodiff_check_it_claims(name, dtype, monkeypatch
     assert not bad, bad
     unsupported = [r for r in results if r.status == "unsupported"]
     assert all(r.message for r in unsupported)  # every unsupported case says why
+
+
+# --- the per-sample view the composite checks share -------------------------------------------
+
+#: Not jvp_of_vmap: torch's jvp of vmap of SinAndFloor (generated rule, a tangent of None
+#: for the output marked non-differentiable) fails an INTERNAL ASSERT in torch 2.13
+#: (``torch.func.jvp(torch.func.vmap(SinAndFloor.apply), (x,), (t,))``).
+COMPOSITES = ("grad_of_vmap", "vmap_of_vjp", "vmap_of_jvp")
+
+
+def test_a_protocol_violation_fails_every_composite_case_of_the_sample():
+    """The eager protocol runs once per sample for the composite checks, and its verdict
+    is every case's: each fails with the same message; the correct twin passes them all."""
+    bug = planted._e("FloorNotMarked", planted.FloorNotMarked, nondiff_outputs=(1,))
+    twin = planted._e("SinAndFloor", planted.SinAndFloor, nondiff_outputs=(1,))
+    results = run(bug, *COMPOSITES)
+    assert len({r.check for r in results}) == len(COMPOSITES)
+    assert results and all(r.status == "fail" for r in results), [
+        (r.id, r.status) for r in results if r.status != "fail"
+    ]
+    assert all("output 1 is declared non-differentiable" in r.message for r in results)
+    assert statuses(run(twin, *COMPOSITES)) == {"pass"}
+
+
+def test_the_sample_view_is_worked_out_once_per_sample_and_call(monkeypatch):
+    from harness import autodiff_refs
+
+    calls: list[str] = []
+    real = autodiff_refs.diff_view
+
+    def counted(ctx):
+        calls.append(ctx.case_id)
+        return real(ctx)
+
+    monkeypatch.setattr(autodiff_refs, "diff_view", counted)
+    e = planted._e("SinAndFloor", planted.SinAndFloor, nondiff_outputs=(1,))
+    results = run(e, "vmap_of_vjp", "grad_of_vmap")
+    samples = {r.id.split("/")[2] for r in results}
+    assert len(results) > 2 * len(samples)  # several cases per sample
+    assert statuses(results) == {"pass"}
+    assert len(calls) == len(samples), calls
