@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -372,11 +373,39 @@ def _start_thread_as_torch(event: threading.Event) -> None:
     exec(compile(code, fake, "exec"), namespace)
 
 
+class LeaksGradMode(hs.Double):
+    """Leaves grad mode disabled from its rule: every case of it must be blamed."""
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        torch.set_grad_enabled(False)
+        return hs._ok(x, in_dims)
+
+
+def _then_a_leak_is_blamed(first: type, cleanup: Callable[[], None]) -> None:
+    """Run ``first`` then ``LeaksGradMode`` in one run: ``first``'s cases pass with no
+    thread note, and the later leak is still an error (no thread is taken for a case's)."""
+    from harness.api import make_entry
+    from harness.runner import run_entries
+
+    entries = [make_entry(first, hs.samples), make_entry(LeaksGradMode, hs.samples)]
+    try:
+        results = run_entries(entries, Options(checks=("vmap",)))
+    finally:
+        cleanup()
+    ours = [r for r in results if r.entry == first.__name__]
+    leaks = [r for r in results if r.entry == "LeaksGradMode"]
+    assert ours and all(r.status == "pass" and "thread" not in r.message for r in ours), [
+        r.message for r in ours
+    ]
+    assert leaks and all(r.status == "error" for r in leaks), [r.message for r in leaks]
+    assert all("left grad mode disabled" in r.message for r in leaks)
+    assert torch.is_grad_enabled()
+
+
 def test_a_thread_torch_starts_during_a_case_is_not_the_functions():
     """torch's own threads (inductor's compile pool) are neither noted as the Function's
     nor make later leaks 'not blamed'; a thread the Function starts still is noted."""
-    from harness.api import make_entry
-    from harness.runner import run_entries
 
     release = threading.Event()
 
@@ -390,26 +419,7 @@ def test_a_thread_torch_starts_during_a_case_is_not_the_functions():
                 _start_thread_as_torch(release)
             return hs._ok(x, in_dims)
 
-    class LeaksGradMode(hs.Double):
-        @staticmethod
-        def vmap(info, in_dims, x):
-            torch.set_grad_enabled(False)
-            return hs._ok(x, in_dims)
-
-    options = Options(checks=("vmap",))
-    entries = [make_entry(StartsTorchPool, hs.samples), make_entry(LeaksGradMode, hs.samples)]
-    try:
-        results = run_entries(entries, options)
-    finally:
-        release.set()
-    pool = [r for r in results if r.entry == "StartsTorchPool"]
-    leaks = [r for r in results if r.entry == "LeaksGradMode"]
-    assert pool and all(r.status == "pass" and "thread" not in r.message for r in pool), [
-        r.message for r in pool
-    ]
-    assert leaks and all(r.status == "error" for r in leaks), [r.message for r in leaks]
-    assert all("left grad mode disabled" in r.message for r in leaks)
-    assert torch.is_grad_enabled()
+    _then_a_leak_is_blamed(StartsTorchPool, release.set)
 
 
 def test_a_thread_another_thread_starts_during_a_case_is_not_the_functions():
@@ -417,8 +427,6 @@ def test_a_thread_another_thread_starts_during_a_case_is_not_the_functions():
     or a logging library's, on its own schedule) is not taken for the Function's: no note,
     and a later leak is still blamed. A thread the Function starts from its own thread
     still is noted (``test_a_thread_torch_starts_during_a_case_is_not_the_functions``)."""
-    from harness.api import make_entry
-    from harness.runner import run_entries
 
     go, started, release = threading.Event(), threading.Event(), threading.Event()
 
@@ -438,28 +446,12 @@ def test_a_thread_another_thread_starts_during_a_case_is_not_the_functions():
                 started.wait(30)  # the bystander starts its thread during this case
             return hs._ok(x, in_dims)
 
-    class LeaksGradMode(hs.Double):
-        @staticmethod
-        def vmap(info, in_dims, x):
-            torch.set_grad_enabled(False)
-            return hs._ok(x, in_dims)
-
-    waiter = threading.Thread(target=bystander, name="bystander", daemon=True)
-    waiter.start()
-    options = Options(checks=("vmap",))
-    entries = [make_entry(WakesBystander, hs.samples), make_entry(LeaksGradMode, hs.samples)]
-    try:
-        results = run_entries(entries, options)
-    finally:
+    def cleanup() -> None:
         go.set()
         release.set()
         waiter.join(30)
+
+    waiter = threading.Thread(target=bystander, name="bystander", daemon=True)
+    waiter.start()
+    _then_a_leak_is_blamed(WakesBystander, cleanup)
     assert started.is_set()
-    woken = [r for r in results if r.entry == "WakesBystander"]
-    leaks = [r for r in results if r.entry == "LeaksGradMode"]
-    assert woken and all(r.status == "pass" and "thread" not in r.message for r in woken), [
-        r.message for r in woken
-    ]
-    assert leaks and all(r.status == "error" for r in leaks), [r.message for r in leaks]
-    assert all("left grad mode disabled" in r.message for r in leaks)
-    assert torch.is_grad_enabled()
