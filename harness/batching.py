@@ -40,8 +40,8 @@ def loop_reference(
     levels = plan.levels
     innermost = len(levels) - 1
     kept = reader.outputs_kept(reuse) if reuse is not None and levels else None
-    if kept is not None:
-        return _loop_reusing(fn, reader, kept)
+    remembered, remember = getattr(fn, "remembered", None), getattr(fn, "remember", None)
+    last: Any = None  # the reused structure of the last slice (``FlatCall.remember``)
 
     def call(path: tuple[int, ...]) -> tuple[Any, ...]:
         nonlocal returned_tuple
@@ -56,11 +56,19 @@ def loop_reference(
     is_tensor = torch.Tensor
 
     def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
-        nonlocal returned_tuple
+        nonlocal returned_tuple, last
         lv = levels[level]
         if level == innermost:  # the slices themselves (``call`` inlined: no frame per slice)
             per_slice: list[tuple[Any, ...]] = []
             for i in range(lv.batch_size):
+                if kept is not None:  # kept by an earlier plan of the sample, or now
+                    p = (*path, i)
+                    hit = kept.get(p)
+                    if hit is None:
+                        hit = kept[p] = (call(p), remembered() if remembered else None)
+                    returned_tuple, last = True, hit[1]  # a reused ``fn`` returns a flat tuple
+                    per_slice.append(hit[0])
+                    continue
                 out = fn(*call_args((*path, i)))
                 if isinstance(out, is_tensor):  # one tensor (most Functions): no leaves call
                     returned_tuple = False
@@ -76,6 +84,8 @@ def loop_reference(
         return stack_slices(per_slice, lv.out_dims)
 
     outs = run(0, ()) if levels else call(())
+    if kept is not None and remember is not None:
+        remember(last)
     return outs, returned_tuple
 
 
@@ -118,45 +128,6 @@ def concrete_out_dims(plan: Plan, stacked: Sequence[Any], returned_tuple: bool) 
         )
         result.append(dims if returned_tuple else dims[0])
     return result
-
-
-def _loop_reusing(
-    fn: Any, reader: PlanSlices, kept: dict[tuple[int, ...], Any]
-) -> tuple[tuple[Any, ...], bool]:
-    """``loop_reference`` with the per-slice outputs taken from ``kept`` where an earlier
-    plan of the sample called the same slice. ``fn`` returns a flat tuple; a ``FlatCall``
-    gets its remembered structure put back from the slice's (a key is only ever used with
-    one kind of ``fn``)."""
-    levels = reader.plan.levels
-    innermost = len(levels) - 1
-    call_args = reader.call_args
-    remembered = getattr(fn, "remembered", None)
-    last: Any = None
-
-    def run(level: int, path: tuple[int, ...]) -> tuple[Any, ...]:
-        nonlocal last
-        lv = levels[level]
-        if level == innermost:
-            per_slice: list[tuple[Any, ...]] = []
-            for i in range(lv.batch_size):
-                p = (*path, i)
-                hit = kept.get(p)
-                if hit is None:
-                    out = fn(*call_args(p))
-                    hit = kept[p] = (
-                        tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in out),
-                        remembered() if remembered is not None else None,
-                    )
-                last = hit[1]
-                per_slice.append(hit[0])
-        else:
-            per_slice = [run(level + 1, (*path, i)) for i in range(lv.batch_size)]
-        return stack_slices(per_slice, lv.out_dims)
-
-    outs = run(0, ())
-    if remembered is not None:
-        fn.remember(last)
-    return outs, True
 
 
 def stack_slices(per_slice: Sequence[tuple[Any, ...]], out_dims: Any) -> tuple[Any, ...]:

@@ -405,7 +405,7 @@ def _then_a_leak_is_blamed(first: type, cleanup: Callable[[], None]) -> None:
 
 def test_a_thread_torch_starts_during_a_case_is_not_the_functions():
     """torch's own threads (inductor's compile pool) are neither noted as the Function's
-    nor make later leaks 'not blamed'; a thread the Function starts still is noted."""
+    nor make later leaks 'not blamed'."""
 
     release = threading.Event()
 
@@ -426,7 +426,7 @@ def test_a_thread_another_thread_starts_during_a_case_is_not_the_functions():
     """A thread some other thread of the process starts while a case runs (a test runner's
     or a logging library's, on its own schedule) is not taken for the Function's: no note,
     and a later leak is still blamed. A thread the Function starts from its own thread
-    still is noted (``test_a_thread_torch_starts_during_a_case_is_not_the_functions``)."""
+    still is noted (``test_state_changed_later_by_a_thread_is_not_blamed_on_a_later_case``)."""
 
     go, started, release = threading.Event(), threading.Event(), threading.Event()
 
