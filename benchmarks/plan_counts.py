@@ -17,9 +17,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from harness.composites import _composite_plans, _grad_of_vmap_plans, _jvp_of_vmap_plans
-from harness.options import Options
-from harness.plans import ArgLayout, Plan, nested_plans, single_level_plans, unit_choices
+from harness.checks.composites import _composite_plans, _grad_of_vmap_plans, _jvp_of_vmap_plans
+from harness.core.options import Options
+from harness.plans.plan import ArgLayout, Plan, nested_plans, single_level_plans, unit_choices
 
 ARGS = range(1, 9)
 

@@ -19,8 +19,8 @@ import pstats
 import signal
 import time
 
-from harness.options import Options
-from harness.runner import run_entries
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 from harness.sources import load_source, options_for_source
 
 BUCKETS = (

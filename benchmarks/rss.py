@@ -35,7 +35,7 @@ def main() -> None:
         import io
         from contextlib import redirect_stdout
 
-        from harness.cli import main as afdb
+        from harness.cli.main import main as afdb
 
         with redirect_stdout(io.StringIO()):
             rc = afdb(args)
@@ -46,7 +46,7 @@ def main() -> None:
         else:
             runpy.run_path(args[0], run_name="__main__")
     _report(rc)
-    if mode == "--afdb":  # end as the ``afdb`` command does (harness.cli.entry)
+    if mode == "--afdb":  # end as the ``afdb`` command does (harness.cli.main.entry)
         import atexit
         import os
 

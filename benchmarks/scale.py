@@ -124,7 +124,7 @@ def bench_check(rounds: int = 5) -> dict[str, float]:
 
 def bench_pytorch(rounds: int = 3) -> dict[str, float]:
     """Goal 3: `afdb run --source pytorch` against PyTorch's own tests; the harness's share."""
-    from harness.options import Options
+    from harness.core.options import Options
 
     from .profile_share import profile_run
 

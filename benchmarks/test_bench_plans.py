@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plans import ArgLayout, nested_plans, single_level_plans
+from harness.plans.plan import ArgLayout, nested_plans, single_level_plans
 
 from .plan_counts import counts
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from autograd_function_db import REGISTRY
-from harness.checks import check_names, get_check
-from harness.options import Options
-from harness.runner import run_entries
+from harness.checks.catalogue import check_names, get_check
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 
 from .profile_share import profile_run
 

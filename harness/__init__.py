@@ -2,22 +2,45 @@
 
 Public API: ``check(function, samples, **options)`` returns a ``RunResult``;
 ``assert_conforms(...)`` raises ``AssertionError`` listing every failing case.
+
+The wings, bottom to top (each subpackage's docstring says what it owns and may import;
+the import-linter contract in ``pyproject.toml`` enforces the order):
+``core`` < ``plans`` < ``checks`` < ``engine`` < ``reports`` / ``repro`` < ``entries`` /
+``targets`` < ``expectations`` / ``sources`` < ``api`` < ``certify`` < ``cli`` <
+``pytest_plugin``.
+
+Importing ``harness`` imports nothing else: the names below load on first use (PEP 562),
+so the pytest plugin and ``import harness.core.errors`` stay light.
 """
 
 from __future__ import annotations
 
-from .api import UsageError, assert_conforms, check, format_failures, make_entry
-from .options import Options
-from .results import SCHEMA, CaseResult, RunResult
+import importlib
+from typing import Any
 
-__all__ = [
-    "SCHEMA",
-    "CaseResult",
-    "Options",
-    "RunResult",
-    "UsageError",
-    "assert_conforms",
-    "check",
-    "format_failures",
-    "make_entry",
-]
+_PUBLIC = {
+    "SCHEMA": "harness.core.results",
+    "CaseResult": "harness.core.results",
+    "RunResult": "harness.core.results",
+    "Options": "harness.core.options",
+    "UsageError": "harness.core.errors",
+    "assert_conforms": "harness.api",
+    "check": "harness.api",
+    "format_failures": "harness.api",
+    "make_entry": "harness.entries",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -27,7 +27,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .results import FAIL, PASS, SKIP, XFAIL, XPASS, CaseResult
+from harness.core.results import FAIL, PASS, SKIP, XFAIL, XPASS, CaseResult
 
 SCHEMA = "afdb-expectations/1"
 STATUSES = (XFAIL, SKIP)
@@ -255,7 +255,7 @@ def parse(text: str, path: str = "<expectations>") -> Expectations:
 
 
 def load(path: str | Path) -> Expectations:
-    from .safe_io import InputError, parse_json, read_text
+    from harness.core.safe_io import InputError, parse_json, read_text
 
     try:  # a FIFO, invalid UTF-8, nesting deeper than an expectations file: one line
         text = read_text(path)
@@ -344,7 +344,7 @@ def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | No
     exp = should_skip(expectations, case.id)
     if exp is None:
         return None
-    from .runner import case_record
+    from harness.engine.cases import case_record
 
     return case_record(case, SKIP, f"skipped by expectation: {exp.reason}", expectation=exp.reason)
 
@@ -377,7 +377,7 @@ def accept(path: str | Path, results: list[CaseResult]) -> tuple[Expectations, l
 
     Returns the new expectations and one line per change, for the user.
     """
-    from .report import write_atomic
+    from harness.reports.report import write_atomic
 
     try:
         previous = load_previous(path)

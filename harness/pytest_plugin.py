@@ -17,7 +17,7 @@ failing case fails its item with the message and the ``afdb repro`` command;
 The module is registered through the ``pytest11`` entry point, so it loads in
 every pytest run of an environment where the suite is installed: it imports
 nothing heavy until a test module asks for cases. It also powers
-``afdb run -n`` / ``afdb check``: ``harness.parallel`` generates a module calling
+``afdb run -n`` / ``afdb check``: ``harness.engine.parallel`` generates a module calling
 ``config_tests(CONFIG)``, whose items write their results to per-worker
 JSON-lines files, and the controller hook below records a crashed worker's item.
 """
@@ -57,7 +57,7 @@ class _Suite:
         self._entry_of: dict[str, str] = {}
         if case_ids is not None:
             # The controller enumerated the cases already: an xdist worker builds an
-            # entry's samples only when it runs one of its cases (see harness.parallel).
+            # entry's samples only when it runs one of its cases (see harness.engine.parallel).
             self._entry_of = {case_id: entry for entry, case_id in case_ids}
             self._ids = [case_id for _, case_id in case_ids]
         else:
@@ -66,7 +66,7 @@ class _Suite:
             self._ids = list(self.cases)
 
     def _load(self, entry_name: str) -> None:
-        from .runner import EntryData, enumerate_cases
+        from harness.engine.cases import EntryData, enumerate_cases
 
         data = EntryData(self.entries[entry_name], self.options)
         for case in enumerate_cases(data):
@@ -76,8 +76,8 @@ class _Suite:
         return list(self._ids)
 
     def run(self, case_id: str) -> Any:
-        from .expectations import apply, skip_result
-        from .runner import run_case
+        from harness.engine.runner import run_case
+        from harness.expectations import apply, skip_result
 
         if case_id not in self.cases and case_id in self._entry_of:
             self._load(self._entry_of[case_id])
@@ -96,7 +96,7 @@ class _Suite:
 
 def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..., None]:
     """A test function with one parameter per case id (or one failing item for bad input)."""
-    from .api import UsageError
+    from harness.core.errors import UsageError
 
     try:
         suite = suite_factory()
@@ -119,7 +119,7 @@ def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..
 
 def _outcome(result: Any) -> None:
     """Turn a case result into the pytest outcome of its item."""
-    from .results import PASS, SKIP, UNSUPPORTED, XFAIL
+    from harness.core.results import PASS, SKIP, UNSUPPORTED, XFAIL
 
     if result.status == PASS:
         return
@@ -129,7 +129,7 @@ def _outcome(result: Any) -> None:
         pytest.skip(result.message)
     if result.status == XFAIL:
         pytest.xfail(result.message)
-    from .textsafe import visible
+    from harness.core.textsafe import visible
 
     text = visible(f"{result.status}: {result.id}\n{result.message}")
     if result.repro:
@@ -155,7 +155,8 @@ def conformance_tests(
     """
 
     def factory() -> _Suite:
-        from .api import _expectations, function_class, infer_target, prepare, target_fields
+        from harness.api import _expectations, infer_target, prepare, target_fields
+        from harness.entries import function_class
 
         nonlocal samples
         if samples is None:
@@ -163,7 +164,7 @@ def conformance_tests(
                 function_class(function), "samples", None
             )
             if samples is None:
-                from .api import UsageError
+                from harness.core.errors import UsageError
 
                 raise UsageError(
                     f"{getattr(function, '__name__', function)} has no `samples` attribute; pass "
@@ -187,10 +188,9 @@ def database_tests(
     """One item per case of the database (or the named entries / ``tag:TAG`` selectors)."""
 
     def factory() -> _Suite:
-        from .api import _expectations
-        from .cli import select_entries
-        from .options import Options
-        from .sources import load_source
+        from harness.api import _expectations
+        from harness.core.options import Options
+        from harness.sources import load_source, select_entries
 
         entries = select_entries(load_source(source), list(names))
         opts = Options(**options)
@@ -203,9 +203,9 @@ def database_tests(
 
 
 def _suite_from_config(config: dict[str, Any]) -> _Suite:
-    from .api import _expectations
-    from .options import Options
-    from .targets import TargetSpec
+    from harness.api import _expectations
+    from harness.core.options import Options
+    from harness.targets import TargetSpec
 
     options = Options.from_dict(config["options"])
     target: Any = None
@@ -213,14 +213,14 @@ def _suite_from_config(config: dict[str, Any]) -> _Suite:
         entries = [TargetSpec.from_dict(config["target"]).make_entry()]
         target = TargetSpec.from_dict(config.get("repro_target") or config["target"])
     else:
-        from .cli import select_entries
-        from .sources import load_source
+        from harness.sources import load_source, select_entries
 
         entries = select_entries(load_source(config.get("source", "afdb")), config["entries"])
     if config.get("backend"):  # afdb certify: the entries as they run on the backend
-        from .backends import Backend
+        from harness.certify.backends import Backend
+        from harness.certify.checks import adapt
 
-        entries = Backend.from_spec(config["backend"]).adapt(entries)
+        entries = adapt(Backend.from_spec(config["backend"]), entries)
     return _Suite(
         entries,
         options,
@@ -242,7 +242,7 @@ class _WorkerFiles:
         self.running_path = os.path.join(results_dir, f"running-{pid}.txt")
         self.faults = open(os.path.join(results_dir, f"faults-{pid}.txt"), "w")  # noqa: SIM115
         faulthandler.enable(file=self.faults, all_threads=False)
-        from .children import become_subreaper
+        from harness.engine.children import become_subreaper
 
         become_subreaper()  # a case's orphaned grandchildren come back here, to be killed
 
@@ -260,13 +260,13 @@ _WORKER_FILES: dict[str, _WorkerFiles] = {}
 
 def watchdog_grace(limit: float) -> float:
     """Extra seconds past a case's limit before its worker is killed (SIGALRM gets the first go)."""
-    from .forkpool import watchdog_grace as grace
+    from harness.engine.forkpool import watchdog_grace as grace
 
     return grace(limit)
 
 
 def config_tests(config_path: str, name: str = "test_case") -> Callable[..., None]:
-    """The items of a run described by a JSON config file (written by ``harness.parallel``)."""
+    """The items of a run described by a JSON config file (written by ``harness.engine.parallel``)."""
     with open(config_path) as f:
         config = json.load(f)
     results_dir = config["results_dir"]
@@ -288,7 +288,7 @@ def config_tests(config_path: str, name: str = "test_case") -> Callable[..., Non
     suite = suite_holder[0]
 
     def test(afdb_case: str) -> None:
-        from .isolation import DEFAULT_TIMEOUT_S, watchdog
+        from harness.engine.isolation import DEFAULT_TIMEOUT_S, watchdog
 
         files = _WORKER_FILES.get(results_dir)
         if files is None:
@@ -306,7 +306,7 @@ def config_tests(config_path: str, name: str = "test_case") -> Callable[..., Non
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
-    """xdist controller: a worker died running ``crashitem``; note it for harness.parallel."""
+    """xdist controller: a worker died running ``crashitem``; note it for harness.engine.parallel."""
     results_dir = os.environ.get("AFDB_RESULTS_DIR")
     if not results_dir:
         return

@@ -28,7 +28,7 @@ import importlib.util
 import inspect
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,10 @@ import torch
 from autograd_function_db.entry import Capabilities, Entry, Sample, Tolerances
 from autograd_function_db.hazards import safe_batch_sizes, sample_dim_sizes
 from autograd_function_db.registry import Registry, validate_entry
-
-from .api import UsageError
-from .options import Options
-from .slices import seed_cpu_rng
+from harness.core.errors import UsageError
+from harness.core.options import Options
+from harness.core.paths import PACKAGE_DIR
+from harness.plans.slices import seed_cpu_rng
 
 SOURCES: dict[str, str] = {
     "afdb": "this suite's registry (autograd_function_db.REGISTRY)",
@@ -52,7 +52,7 @@ PYTORCH_MODULE = "torch.testing._internal.autograd_function_db"
 PYTORCH_PREFIX = "pytorch."
 
 #: The committed expectations of each source (package data: they travel with the wheel).
-KNOWN_FAILURES = Path(__file__).resolve().parent / "known_failures"
+KNOWN_FAILURES = PACKAGE_DIR / "known_failures"
 
 
 class SourceError(UsageError):
@@ -345,3 +345,22 @@ __all__ = [
     "pytorch_registry",
     "used_dims",
 ]
+
+
+def select_entries(entries: Sequence[Any], names: Sequence[str]) -> list[Any]:
+    """Entries by name, or by tag with ``tag:NAME``; every selector must match something."""
+    if not names:
+        return list(entries)
+    chosen: list[Any] = []
+    for sel in names:
+        if sel.startswith("tag:"):
+            hits = [e for e in entries if sel[4:] in e.tags]
+        else:
+            hits = [e for e in entries if e.name == sel]
+        if not hits:
+            known = ", ".join(e.name for e in list(entries)[:8])
+            raise UsageError(
+                f"{sel!r} matches no entry; names look like {known}, ... (see `afdb list`), or use tag:TAG"
+            )
+        chosen.extend(h for h in hits if h not in chosen)
+    return chosen

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from .api import UsageError
+from harness.core.errors import UsageError
 
 _FILE_MODULES: dict[str, ModuleType] = {}
 
@@ -198,7 +198,7 @@ class TargetSpec:
         return args
 
     def load_function(self) -> Any:
-        from .api import function_class
+        from harness.entries import function_class
 
         obj = load_attr(self._resolved(self.target), "TARGET")
         try:
@@ -220,7 +220,7 @@ class TargetSpec:
                     "a function returning argument tuples or Sample objects"
                 )
             return samples
-        from .api import function_class
+        from harness.entries import function_class
 
         for holder in (function, function_class(function)):
             samples = getattr(holder, "samples", None)
@@ -233,7 +233,7 @@ class TargetSpec:
         )
 
     def make_entry(self) -> Any:
-        from .api import make_entry
+        from harness.entries import make_entry
 
         function = self.load_function()
         samples = self.load_samples(function)

@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.html_report import write_html
-from harness.results import RunResult
+from harness.core.results import RunResult
+from harness.reports.html import write_html
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "reports" / "screenshot-html-report.png"

@@ -8,10 +8,10 @@ import torch
 from autograd_function_db import REGISTRY
 from autograd_function_db._sampling import Maker
 from autograd_function_db.entry import Sample, entry
-from harness import finite_diff, first_order
-from harness.checks import LEGACY_FIX, check_names, get_check
-from harness.options import Options
-from harness.runner import run_entries
+from harness.checks import finite_diff, first_order
+from harness.checks.catalogue import LEGACY_FIX, check_names, get_check
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 
 from . import planted_autodiff as planted
 
@@ -319,10 +319,10 @@ def test_registry_passes_every_autodiff_check_it_claims(name, dtype, monkeypatch
     """Every entry passes what it claims, except the cases the committed expectations
     file lists with a reason (torch limitations); an expectation that passes is xpass.
 
-    At float32 this is also the test of the dtype rule (``harness.dtype_tolerance``): every
+    At float32 this is also the test of the dtype rule (``harness.checks.tolerances``): every
     entry passes at a tenth of its derived tolerances, a margin of 10x."""
-    from harness import dtype_tolerance
     from harness import expectations as ex
+    from harness.checks import tolerances as dtype_tolerance
     from harness.sources import expectations_path
 
     if dtype == torch.float32:
@@ -364,7 +364,7 @@ def test_a_protocol_violation_fails_every_composite_case_of_the_sample():
 
 
 def test_the_sample_view_is_worked_out_once_per_sample_and_call(monkeypatch):
-    from harness import autodiff_refs
+    from harness.checks import autodiff_refs
 
     calls: list[str] = []
     real = autodiff_refs.diff_view

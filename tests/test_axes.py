@@ -15,7 +15,7 @@ from autograd_function_db.axes import (
     coverage,
     undercovered,
 )
-from harness.results import CaseResult
+from harness.core.results import CaseResult
 
 
 @pytest.mark.parametrize("axis", [a.name for a in AXES])

@@ -10,8 +10,8 @@ from autograd_function_db.entry import Sample, entry
 from autograd_function_db.hazards import HazardousSampleError
 from autograd_function_db.numpy_ops import NumpyCube, NumpyMul, unary_samples
 from autograd_function_db.registry import Registry, RegistryError
-from harness.batching import loop_reference
-from harness.plans import (
+from harness.plans.batching import loop_reference
+from harness.plans.plan import (
     ArgLayout,
     LevelPlan,
     Plan,
@@ -19,7 +19,7 @@ from harness.plans import (
     nested_plans,
     single_level_plans,
 )
-from harness.slices import SliceSource, build_batched_args
+from harness.plans.slices import SliceSource, build_batched_args
 
 
 def layout(*ranks, linked=()):
@@ -203,7 +203,7 @@ def test_container_leaves_take_their_own_slices():
 
 
 def test_contract_flags_in_dims_that_do_not_mirror_the_arguments():
-    from harness.contract import in_dims_problems
+    from harness.checks.contract import in_dims_problems
 
     args = (torch.randn(2, 4), (torch.randn(4), torch.randn(4)))
     assert in_dims_problems("rule", (0, (None, None)), args) == []
@@ -253,8 +253,8 @@ def test_kept_stacks_and_slices_survive_a_function_that_modifies_its_inputs():
 
 
 def test_repeated_slices_and_per_case_extras_are_never_kept_stacks():
-    from harness.composites import WithExtras
-    from harness.slices import RepeatedSlices
+    from harness.checks.composites import WithExtras
+    from harness.plans.slices import RepeatedSlices
 
     slices = _pair_source()
     plan = Plan((LevelPlan(2, (0, None)),))
@@ -286,9 +286,9 @@ def test_a_plan_id_is_worked_out_once_and_never_shared_with_another_plan():
 
 
 def test_plans_are_generated_once_per_layout_and_options():
-    from harness import runner
-    from harness.checks import get_check
-    from harness.options import Options
+    from harness.checks.catalogue import get_check
+    from harness.core.options import Options
+    from harness.engine import cases as runner
 
     spec = get_check("vmap")
     lay = ArgLayout.of(Sample((torch.zeros(2, 3), torch.zeros(3))))

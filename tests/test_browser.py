@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import pytest
 
-from harness.html_report import write_html
+from harness.reports.html import write_html
 from tests.test_report_support import HOSTILE_MESSAGE, HOSTILE_NAME, mixed_result
 
 CHROMIUM = next(

@@ -9,12 +9,12 @@ import threading
 import torch
 
 from autograd_function_db.entry import Sample
-from harness import children
-from harness.batching import loop_reference
-from harness.case_state import GlobalState, differences
-from harness.plans import LevelPlan, Plan
-from harness.pytrees import FlatCall
-from harness.slices import PlanSlices, SliceSource
+from harness.engine import children
+from harness.engine.case_state import GlobalState, differences
+from harness.plans.batching import loop_reference
+from harness.plans.plan import LevelPlan, Plan
+from harness.plans.pytrees import FlatCall
+from harness.plans.slices import PlanSlices, SliceSource
 
 
 def test_a_child_started_by_another_thread_is_seen_by_the_one_syscall_check():

@@ -12,8 +12,8 @@ import shutil
 import pytest
 import torch
 
-from harness.certificate import CERT_SCHEMA, digest, read_certificate, to_html, to_markdown
-from harness.cli import main
+from harness.certify.certificate import CERT_SCHEMA, digest, read_certificate, to_html, to_markdown
+from harness.cli.main import main
 
 TWO = "torch.testing._internal.two_tensor:TwoTensor"
 
@@ -98,7 +98,7 @@ def test_verify_detects_an_edited_certificate(capsys, cpu_cert, tmp_path):
 def test_verify_detects_a_changed_status(capsys, cpu_cert, tmp_path):
     """A consistent certificate (digest and areas recomputed) whose statuses this machine
     does not reproduce: --verify lists the differing case."""
-    from harness.certificate import compute_areas, overall_verdict
+    from harness.certify.certificate import compute_areas, overall_verdict
 
     cert = json.loads(cpu_cert.read_text())
     case = cert["cases"]["cases"][0]
@@ -288,8 +288,8 @@ def test_certificate_of_another_schema_exit_2(capsys, tmp_path):
 
 
 def test_reclassify_only_torch_limits():
-    from harness.backends import Backend, reclassify
-    from harness.results import CaseResult
+    from harness.certify.backends import Backend, reclassify
+    from harness.core.results import CaseResult
 
     def case(msg):
         return CaseResult("E/vmap", "E", "vmap", 0, "", None, "error", msg)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checks import check_names, get_check
+from harness.checks.catalogue import check_names, get_check
 from harness.pytest_plugin import database_tests
 from harness.sources import expectations_path
 

@@ -14,8 +14,8 @@ from autograd_function_db import REGISTRY, THEMES
 from autograd_function_db.entry import VMAP_NONE, Capabilities, Entry, Sample, entry
 from autograd_function_db.hazards import DEFAULT_HAZARD_SIZES, find_hazards
 from autograd_function_db.registry import structure_of, validate_entry
-from harness.options import Options
-from harness.runner import run_entries
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 from harness.sources import expectations_path
 
 VMAP_FAMILY = ("vmap", "vmap_nested", "vmap_chunked", "contract")

@@ -7,10 +7,11 @@ import re
 
 import pytest
 
+import harness.cli.main as cli
 from autograd_function_db.numpy_ops import NumpyMul
-from harness import cli, diff
-from harness.results import CaseResult, RunResult
-from harness.schema import ReportError
+from harness.core.results import CaseResult, RunResult
+from harness.core.schema import ReportError
+from harness.reports import diff
 
 SELECT = ["NumpyMul", "NumpyCube", "--checks", "vmap", "-q"]
 

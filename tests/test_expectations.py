@@ -8,8 +8,8 @@ import re
 import pytest
 
 from harness import expectations as ex
-from harness.cli import main
-from harness.results import FAIL, PASS, CaseResult
+from harness.cli.main import main
+from harness.core.results import FAIL, PASS, CaseResult
 from harness.sources import expectations_path
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import UsageError
-from harness.cli import main
+from harness.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 ROT = ROOT / "examples" / "rotations.py"
@@ -127,8 +127,8 @@ def test_fixed_safe_batch_size_is_kept_and_the_rest_chosen(capsys):
 
 def test_registry_entries_keep_the_default_batch_sizes():
     from autograd_function_db import REGISTRY
-    from harness.api import choose_batch_sizes
-    from harness.options import Options
+    from harness.core.options import Options
+    from harness.entries import choose_batch_sizes
 
     for entry in REGISTRY:
         assert choose_batch_sizes(entry, Options()) == Options(), entry.name

@@ -6,10 +6,17 @@ import io
 
 import expecttest
 
-from harness import html_report, report
-from harness.cli import print_summary
-from harness.grouping import clip_words, failure_groups, group_cases, root_cause, terminal_lines
-from harness.results import CaseResult, RunResult
+from harness.cli.main import print_summary
+from harness.core.results import CaseResult, RunResult
+from harness.reports import html as html_report
+from harness.reports import report
+from harness.reports.grouping import (
+    clip_words,
+    failure_groups,
+    group_cases,
+    root_cause,
+    terminal_lines,
+)
 
 
 def case(entry, check, plan, status, message, **kw) -> CaseResult:

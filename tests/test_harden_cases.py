@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from harness import check
-from harness.case_state import GlobalState
-from harness.options import Options
-from harness.textsafe import MESSAGE_LIMIT
+from harness.core.options import Options
+from harness.core.textsafe import MESSAGE_LIMIT
+from harness.engine.case_state import GlobalState
 from tests import hostile_state as hs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,10 +211,11 @@ def test_state_changed_later_by_a_thread_is_not_blamed_on_a_later_case():
 
 
 def test_state_changed_strictly_between_two_cases_is_put_back_and_noted():
-    from harness.api import make_entry
-    from harness.case_state import forget_last_case
-    from harness.options import Options
-    from harness.runner import EntryData, enumerate_cases, run_case
+    from harness.core.options import Options
+    from harness.engine.case_state import forget_last_case
+    from harness.engine.cases import EntryData, enumerate_cases
+    from harness.engine.runner import run_case
+    from harness.entries import make_entry
 
     data = EntryData(make_entry(hs.Correct, hs.samples), Options(checks=("vmap",)))
     first, second = enumerate_cases(data)[:2]
@@ -234,7 +235,7 @@ def test_state_changed_strictly_between_two_cases_is_put_back_and_noted():
 def test_no_isolate_report_lands_where_named_when_the_function_changes_cwd(
     tmp_path, monkeypatch, capsys
 ):
-    from harness import cli
+    import harness.cli.main as cli
 
     monkeypatch.chdir(tmp_path)
     code = cli.main(
@@ -276,7 +277,7 @@ def test_a_forked_child_is_killed_at_case_end_and_the_case_says_so():
 def test_a_process_the_caller_starts_between_two_runs_is_left_alone():
     """Cases start from their predecessor's end scan only within a run: a process the
     caller started after one run (a server in a test suite) is not the next run's case's."""
-    from harness.runner import run_entries
+    from harness.engine.runner import run_entries
     from harness.sources import load_source
 
     entry = [e for e in load_source("afdb") if e.name == "NumpyCube"]
@@ -385,8 +386,8 @@ class LeaksGradMode(hs.Double):
 def _then_a_leak_is_blamed(first: type, cleanup: Callable[[], None]) -> None:
     """Run ``first`` then ``LeaksGradMode`` in one run: ``first``'s cases pass with no
     thread note, and the later leak is still an error (no thread is taken for a case's)."""
-    from harness.api import make_entry
-    from harness.runner import run_entries
+    from harness.engine.runner import run_entries
+    from harness.entries import make_entry
 
     entries = [make_entry(first, hs.samples), make_entry(LeaksGradMode, hs.samples)]
     try:

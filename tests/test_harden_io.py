@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import check, cli, html_report, junit, report
-from harness.results import CaseResult, RunResult
+import harness.cli.main as cli
+from harness import check
+from harness.core.results import CaseResult, RunResult
+from harness.reports import html as html_report
+from harness.reports import junit, report
 from tests import hostile_state as hs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +217,7 @@ def test_control_characters_and_markup_are_neutralised_everywhere(tmp_path, caps
     root = ET.fromstring(paths["xml"].read_text())
     text = "".join(e.text or "" for e in root.iter("error"))
     assert "\\x1b[31m" in text and "\x1b" not in text
-    from harness.cli_check import print_check_summary
+    from harness.cli.check import print_check_summary
 
     print_check_summary(r)
     cli.print_summary(r)
@@ -363,8 +366,8 @@ def test_the_output_folder_replaced_by_a_file_mid_run(tmp_path, capsys):
     folder = tmp_path / "out"
     folder.mkdir()
     _ReplacesParent.folder = folder
-    from harness.api import make_entry
-    from harness.cli import execute, options_from_args
+    from harness.cli.main import execute, options_from_args
+    from harness.entries import make_entry
 
     parser = cli.build_parser()
     args = parser.parse_args(["run", "--checks", "vmap", "--json", str(folder / "r.json")])

@@ -13,12 +13,17 @@ from pathlib import Path
 import expecttest
 import torch
 
-from harness.blame import internal_message
-from harness.checks import NonFiniteSample
-from harness.cli import main
-from harness.compare import compare_outputs, compare_tensors, nonfinite_outputs, require_finite
-from harness.contract import RuleCall, validate_call
-from harness.pytrees import structure
+from harness.checks.catalogue import NonFiniteSample
+from harness.checks.compare import (
+    compare_outputs,
+    compare_tensors,
+    nonfinite_outputs,
+    require_finite,
+)
+from harness.checks.contract import RuleCall, validate_call
+from harness.cli.main import main
+from harness.engine.blame import internal_message
+from harness.plans.pytrees import structure
 
 ROOT = Path(__file__).resolve().parent.parent
 ROT = ROOT / "examples" / "rotations.py"
@@ -127,8 +132,10 @@ the sample gives non-finite outputs (NaN in grad of input 0 from the reference, 
 
     def test_internal_error(self) -> None:
         self.assertExpectedInline(
-            internal_message("harness/compare.py:112", "vmap in_dims=(0,): RuntimeError: boom"),
-            """internal error of the suite at harness/compare.py:112 (please report it): vmap in_dims=(0,): RuntimeError: boom""",
+            internal_message(
+                "harness/checks/compare.py:112", "vmap in_dims=(0,): RuntimeError: boom"
+            ),
+            """internal error of the suite at harness/checks/compare.py:112 (please report it): vmap in_dims=(0,): RuntimeError: boom""",
         )
 
 

@@ -86,7 +86,7 @@ def test_the_ci_snippet_pins_a_cpu_torch_and_installs_the_suite_from_its_reposit
 
 
 def test_the_ci_snippet_command_is_a_valid_afdb_check():
-    from harness.cli import build_parser
+    from harness.cli.main import build_parser
 
     snippet = _yaml_snippet()
     command = snippet[snippet.index("afdb check") :].split("\n      - name")[0]

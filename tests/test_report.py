@@ -11,8 +11,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness import cli, html_report, junit, report, schema
-from harness.results import BAD_STATUSES, STATUSES, RunResult
+import harness.cli.main as cli
+from harness.core import schema
+from harness.core.results import BAD_STATUSES, STATUSES, RunResult
+from harness.reports import html as html_report
+from harness.reports import junit, report
 from tests.test_report_support import HOSTILE_NAME, mixed_result
 
 
@@ -243,7 +246,7 @@ def test_write_atomic_keeps_the_previous_file(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_writes_a_complete_report_marked_interrupted(tmp_path, monkeypatch):
-    from harness import runner
+    from harness.engine import runner
 
     real, calls = runner.run_case, []
 
@@ -290,7 +293,7 @@ def test_ctrl_c_under_workers_keeps_the_finished_cases(tmp_path, monkeypatch):
     """-n (pytest-xdist engine): Ctrl-C stops the pool; the cases the workers finished count."""
     import json
 
-    from harness import parallel
+    from harness.engine import parallel
 
     monkeypatch.setenv("AFDB_WORKER_ENGINE", "xdist")
 

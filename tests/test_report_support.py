@@ -12,7 +12,7 @@ import functools
 import torch
 
 import harness
-from harness.results import RunResult
+from harness.core.results import RunResult
 from tests.hostile_functions import Double
 
 HOSTILE_NAME = "Hostile<script>document.title='pwned'</script>"

@@ -10,8 +10,8 @@ import torch
 from autograd_function_db import REGISTRY
 from autograd_function_db.hazards import find_hazards
 from autograd_function_db.registry import structure_of
-from harness.options import Options
-from harness.runner import run_entries
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 from harness.sources import (
     PYTORCH_PREFIX,
     SourceError,

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import harness
-from harness import dtype_tolerance
-from harness.autodiff_refs import DiffView
-from harness.checks import check_names
-from harness.options import Options
-from harness.runner import run_entries
-from harness.second_order import EAGER_DOUBLE_BACKWARD
+from harness.checks import tolerances as dtype_tolerance
+from harness.checks.autodiff_refs import DiffView
+from harness.checks.catalogue import check_names
+from harness.checks.second_order import EAGER_DOUBLE_BACKWARD
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 
 from . import planted_autodiff as planted
 from . import real_library_functions as R
@@ -281,7 +281,7 @@ def test_autodiff_repro_uses_the_suites_reference(
     import runpy
     from pathlib import Path
 
-    from harness.cli import main
+    from harness.cli.main import main
 
     fixtures = Path(R.__file__).resolve()
     suite = harness.check(
@@ -306,7 +306,7 @@ def test_afdb_check_keeps_the_samples_dtype_unless_dtype_is_given(tmp_path, caps
     import json
     from pathlib import Path
 
-    from harness.cli import main
+    from harness.cli.main import main
 
     fixtures = Path(R.__file__).resolve()
     argv = [f"{fixtures}:Float64Only", "--samples", f"{fixtures}:float64_samples"]

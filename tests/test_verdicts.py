@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import harness
-from harness.cli import main
-from harness.schema import schema_errors
+from harness.cli.main import main
+from harness.core.schema import schema_errors
 from tests import verdict_functions as vf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,9 +123,11 @@ def test_repro_script_of_the_correct_pytree_function_passes(tmp_path, capsys):
     ],
 )
 def test_compare_outputs_walks_every_leaf(actual, expected, needle):
-    problems = harness.compare.compare_outputs(actual, expected, rtol=0, atol=0, label="L")
+    problems = harness.checks.compare.compare_outputs(actual, expected, rtol=0, atol=0, label="L")
     assert problems and needle in problems[0]
-    assert harness.compare.compare_outputs(expected, expected, rtol=0, atol=0, label="L") == []
+    assert (
+        harness.checks.compare.compare_outputs(expected, expected, rtol=0, atol=0, label="L") == []
+    )
 
 
 # --- §1 the suite's own exceptions: status internal, exit 3 ----------------------------------
@@ -134,8 +136,8 @@ def test_compare_outputs_walks_every_leaf(actual, expected, needle):
 def test_an_exception_in_the_suites_own_code_is_internal_not_the_functions(monkeypatch):
     """A bug of the suite (here: a wrong call in vmap_checks) is `internal`, named at the
     suite's line, listed first; the run goes on and the other checks still pass."""
-    import harness.vmap_checks as vc
-    from harness.pytrees import describe_structure
+    import harness.checks.vmap as vc
+    from harness.plans.pytrees import describe_structure
 
     monkeypatch.setattr(vc, "compare_outputs", describe_structure)  # a call with bad arguments
     result = harness.check(
@@ -144,7 +146,7 @@ def test_an_exception_in_the_suites_own_code_is_internal_not_the_functions(monke
     internal = [c for c in result.cases if c.status == "internal"]
     assert internal and all(c.check == "vmap" for c in internal)
     msg = internal[0].message
-    assert msg.startswith("internal error of the suite at harness/vmap_checks.py:"), msg
+    assert msg.startswith("internal error of the suite at harness/checks/vmap.py:"), msg
     assert "(please report it): vmap in_dims=" in msg and "TypeError" in msg
     assert "the Function raised" not in msg
     assert all(c.status == "pass" for c in result.cases if c.check == "contract")
@@ -183,8 +185,8 @@ def test_torch_refusing_what_the_function_returned_is_the_functions_error():
 def test_exit_status_3_on_the_cli_and_internal_first_in_every_report(monkeypatch, tmp_path, capsys):
     import xml.etree.ElementTree as ET
 
-    import harness.vmap_checks as vc
-    from harness.pytrees import describe_structure
+    import harness.checks.vmap as vc
+    from harness.plans.pytrees import describe_structure
 
     monkeypatch.setattr(vc, "compare_outputs", describe_structure)
     out = {k: tmp_path / f"r.{k}" for k in ("json", "md", "html", "xml")}
@@ -311,14 +313,16 @@ def test_a_finite_difference_reference_that_raises_says_so():
 
 
 def test_a_bug_in_the_suites_reference_code_is_internal(monkeypatch):
-    import harness.first_order as fo
-    from harness.pytrees import describe_structure
+    import harness.checks.first_order as fo
+    from harness.plans.pytrees import describe_structure
 
     monkeypatch.setattr(fo.fd, "directional", describe_structure)  # a wrong call
     result = harness.check(vf.Double, vf.plain_samples, dtype=torch.float64, checks=["jvp"])
     (case,) = result.cases
     assert case.status == "internal", case.message
-    assert case.message.startswith("internal error of the suite at harness/autodiff_refs.py:")
+    assert case.message.startswith(
+        "internal error of the suite at harness/checks/autodiff_refs.py:"
+    )
 
 
 @pytest.mark.parametrize("name, rc", [("NormWithStats", 0), ("NormWithStatsWrongJvp", 1)])
@@ -348,7 +352,7 @@ def test_autodiff_repro_of_a_pytree_function_treats_nested_stats_as_non_differen
     ],
 )
 def test_nonfinite_phrase_is_exact_whatever_the_sum_gives(values, kinds):
-    from harness.compare import nonfinite_phrase
+    from harness.checks.compare import nonfinite_phrase
 
     assert nonfinite_phrase(torch.tensor(values, dtype=torch.float64)) == kinds
     assert (
@@ -358,8 +362,8 @@ def test_nonfinite_phrase_is_exact_whatever_the_sum_gives(values, kinds):
 
 
 def test_equal_tensors_skip_isclose_but_nan_and_mismatches_do_not():
-    from harness.checks import NonFiniteSample
-    from harness.compare import compare_tensors
+    from harness.checks.catalogue import NonFiniteSample
+    from harness.checks.compare import compare_tensors
 
     x = torch.tensor([1.0, 2.0], dtype=torch.float64)
     assert compare_tensors(x, x.clone(), rtol=0, atol=0, label="l") is None

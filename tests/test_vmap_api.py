@@ -12,8 +12,8 @@ import harness
 from autograd_function_db.containers import ScaleShiftPair, pair_samples
 from autograd_function_db.entry import entry
 from autograd_function_db.numpy_ops import NumpyMul
-from harness.options import Options
-from harness.runner import run_entries
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 from tests import planted_vmap_api as pa
 
 BAD = {"fail", "error"}
@@ -74,7 +74,7 @@ def test_an_index_the_forward_refuses_shuffled_stays_identical_and_the_report_sa
         "unnoticed; give the samples a seed parameter"
     ) in note
     assert "argument 0" not in note  # floating data is varied as before
-    from harness.report import to_markdown
+    from harness.reports.report import to_markdown
 
     assert "argument 1 is the same in every slice" in to_markdown(result)
 
@@ -108,7 +108,7 @@ def test_hazard_probe_catches_a_rule_that_finds_the_batch_by_size(tmp_path):
     assert ids and all(",hazard=" in i for i in ids)
     assert {i.rsplit("hazard=", 1)[1] for i in ids} == {"4", "5"}  # each sample dim size
     assert any(c.status in BAD for c in probed.cases)
-    from harness.report import to_markdown
+    from harness.reports.report import to_markdown
 
     text = to_markdown(probed)
     assert "## Hazard probe" in text and "hazard=" in text
@@ -119,7 +119,7 @@ def test_hazard_probe_catches_a_rule_that_finds_the_batch_by_size(tmp_path):
 
 
 def test_hazard_probe_on_the_command_line(tmp_path, capsys):
-    from harness.cli import main
+    from harness.cli.main import main
 
     out = tmp_path / "r.md"
     rc = main(

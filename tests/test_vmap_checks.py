@@ -7,8 +7,8 @@ import torch
 
 from autograd_function_db.entry import entry
 from autograd_function_db.numpy_ops import NumpyCube, NumpyMul, binary_samples, unary_samples
-from harness.options import Options
-from harness.runner import run_entries
+from harness.core.options import Options
+from harness.engine.runner import run_entries
 from tests import planted_vmap as pv
 from tests.hostile_functions import Double
 
@@ -190,7 +190,7 @@ def test_leaked_grad_mode_is_reported_and_restored():
     assert torch.is_grad_enabled()
     import threading
 
-    from harness import case_state
+    from harness.engine import case_state
 
     owners = {t.name: owner for t, owner in case_state._THREAD_OWNERS.items()}
     alive = [t.name for t in threading.enumerate()]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, forkpool, parallel
-from harness.results import CaseResult
-from harness.shard import Shard, assign
+import harness.cli.main as cli
+from harness.core.results import CaseResult
+from harness.engine import forkpool, parallel
+from harness.engine.shard import Shard, assign
 
 ROOT = Path(__file__).resolve().parent.parent
 ROT = ROOT / "examples" / "rotations.py"
@@ -90,8 +91,8 @@ def test_n_above_the_number_of_cases_is_reduced_to_it(capsys, monkeypatch):
 
 
 def ids_and_statuses_from_run(capsys, entry, checks):
-    from harness.options import Options
-    from harness.runner import all_case_ids
+    from harness.core.options import Options
+    from harness.engine.cases import all_case_ids
     from harness.sources import load_source
 
     entries = [e for e in load_source("afdb") if e.name == entry]
@@ -221,7 +222,7 @@ def test_sigterm_stops_workers_removes_temporary_folders_and_writes_the_report(t
 def test_an_interrupted_run_keeps_the_complete_earlier_report_beside_it(
     capsys, tmp_path, monkeypatch
 ):
-    from harness import runner
+    from harness.engine import runner
 
     out = tmp_path / "r.json"
     md = tmp_path / "r.md"

@@ -1,0 +1,178 @@
+"""The check catalogue: what a check is, and the registry of all of them.
+
+A check is a small function ``run(ctx) -> str | None`` that either returns (pass,
+optionally naming the reference it used) or raises ``CheckFailure`` with a
+message naming the sub-check, the expected and the actual value. Each check
+declares which Functions it applies to (``supported``) and which plans it runs
+over (``plans``). Theme modules (``vmap_checks``, ``contract``, ``autodiff_checks``)
+register their checks in ``CHECKS`` through ``register``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from autograd_function_db.entry import VMAP_NONE, Entry, Sample
+from harness.core.options import Options, sample_dtype
+from harness.plans.plan import ArgLayout, Plan
+from harness.plans.slices import SliceSource, derive_seed
+
+
+class CheckFailure(AssertionError):
+    """The Function does not conform: wrong values, shapes, dtypes or contract."""
+
+
+class Unsupported(Exception):
+    """Raised by a check that finds at run time it cannot apply (reason in the message)."""
+
+
+class NonFiniteSample(Exception):
+    """The sample's reference values are NaN or infinite: every comparison would be vacuous
+    (``error``, with the advice to choose samples where the Function is finite)."""
+
+
+class ReferenceRaised(Exception):
+    """The reference computation raised, not the transform under test (``error``; the
+    message says which side raised, what it means for users and whether the transform ran)."""
+
+
+@dataclass
+class CaseContext:
+    """Everything one case needs: the entry, the sample's slices, the plan, the options."""
+
+    entry: Entry
+    case_id: str
+    sample_index: int
+    sample: Sample
+    plan: Plan | None
+    slices: SliceSource
+    options: Options
+    notes: list[str] = field(default_factory=list)
+    #: ``randomness=`` for the vmaps a check runs ("same" for a random entry whose RNG is fixed).
+    vmap_randomness: str = "error"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the case computes in: the run's, or (samples' own) the sample's least
+        precise floating dtype."""
+        if self.options.dtype is not None:
+            return self.options.dtype
+        return sample_dtype(self.sample.args) or torch.float64
+
+    @property
+    def tolerances(self) -> tuple[float, float]:
+        return self.entry.tolerances.for_dtype(self.dtype)
+
+    def generator(self, *extra: object) -> torch.Generator:
+        """A generator seeded from the run seed and the case id (tangents, cotangents)."""
+        return torch.Generator().manual_seed(derive_seed(self.options.seed, self.case_id, *extra))
+
+
+PlanFn = Callable[[ArgLayout, Options], "list[Plan | None]"]
+SupportFn = Callable[[Entry], "str | None"]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    run: Callable[[CaseContext], str | None]
+    plans: PlanFn
+    supported: SupportFn
+    family: str  # "vmap" or "autodiff"
+    reference: str  # what it compares against, for the report
+    description: str = ""
+    #: False for checks that run only where a caller names them (``afdb certify``'s
+    #: backend areas): they are not in the catalogue that ``afdb run`` runs by default.
+    catalogue: bool = True
+
+
+CHECKS: dict[str, CheckSpec] = {}
+
+
+def register(spec: CheckSpec) -> CheckSpec:
+    if spec.name in CHECKS:
+        raise ValueError(f"check {spec.name!r} registered twice")
+    CHECKS[spec.name] = spec
+    return spec
+
+
+def no_plan(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    return [None]
+
+
+LEGACY_FIX = (
+    "legacy forward(ctx, ...) cannot be used with torch.func transforms: move ctx out of "
+    "forward (def forward(*args)) and save what backward needs in a "
+    "@staticmethod setup_context(ctx, inputs, output)"
+)
+
+
+def needs_setup_context(entry: Entry) -> str | None:
+    return None if entry.caps.setup_context else LEGACY_FIX
+
+
+def needs_vmap(entry: Entry) -> str | None:
+    reason = needs_setup_context(entry)
+    if reason:
+        return reason
+    if entry.caps.vmap == VMAP_NONE:
+        return (
+            "no vmap support: add a @staticmethod vmap(info, in_dims, *args) -> "
+            "(outputs, out_dims), or set generate_vmap_rule = True"
+        )
+    return None
+
+
+#: The catalogue's order (design.md), whatever order the modules were imported in.
+CATALOGUE_ORDER = (
+    "vmap",
+    "vmap_nested",
+    "vmap_chunked",
+    "vmap_hazard",
+    "contract",
+    "jvp",
+    "vjp",
+    "grad_of_vmap",
+    "jvp_of_vmap",
+    "vmap_of_vjp",
+    "vmap_of_jvp",
+    "jvp_of_vjp",
+    "vjp_of_vjp",
+    "jacrev",
+    "jacfwd",
+)
+
+
+def check_names(family: str | None = None) -> list[str]:
+    _load_builtin_checks()
+    rank = {n: i for i, n in enumerate(CATALOGUE_ORDER)}
+    names = sorted(CHECKS, key=lambda n: rank.get(n, len(rank)))
+    if family is None:
+        return [n for n in names if CHECKS[n].catalogue]
+    return [n for n in names if CHECKS[n].family == family]
+
+
+def get_check(name: str) -> CheckSpec:
+    _load_builtin_checks()
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise KeyError(f"unknown check {name!r}; known checks: {', '.join(CHECKS)}") from None
+
+
+_LOADED = False
+
+
+def _load_builtin_checks() -> None:
+    """Import the modules that register the built-in checks (once, in catalogue order)."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    import importlib
+
+    for module in ("vmap", "contract", "autodiff"):
+        importlib.import_module(f"harness.checks.{module}")

@@ -1,0 +1,512 @@
+"""Autodiff composed with vmap: ``grad_of_vmap``, ``jvp_of_vmap``, ``vmap_of_vjp``, ``vmap_of_jvp``.
+
+Plans: ``grad_of_vmap`` and ``jvp_of_vmap`` take the single-level strategy (exhaustive up
+to the composite cap, pairwise beyond) and one nested plan. ``vmap_of_vjp`` and
+``vmap_of_jvp`` (``CompositePlan``) put the cotangents/tangents in the covering array as
+one more unit at None, 0 or -1, so every pair of (argument position, argument position)
+and (argument position, extras position) occurs; then out_dims=-1 and one nested plan.
+Ids read ``in_dims=(0,None),cotangents=0``. References are loops of per-slice eager
+calls, which never run a vmap rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.checks.autodiff_refs import (
+    COMPOSITE_PLAN_CAP,
+    LOOP_JVP_REFERENCE,
+    LOOP_VJP_REFERENCE,
+    Findings,
+    Watch,
+    _all_outputs,
+    attempt,
+    eager_jvp,
+    eager_vjp,
+    random_like,
+    restricted,
+    sample_view,
+)
+from harness.checks.catalogue import (
+    CaseContext,
+    ReferenceRaised,
+    Unsupported,
+)
+from harness.core.options import Options
+from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
+from harness.plans.plan import (
+    MID,
+    ArgLayout,
+    LevelPlan,
+    Plan,
+    any_batched,
+    choose_rows,
+    nested_plans,
+    normalize_dim,
+    single_level_plans,
+    unit_choices,
+)
+from harness.plans.slices import PlanSlices, SliceSource, build_batched_args
+
+# --- autodiff composed with vmap -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompositePlan(Plan):
+    """A plan over the Function's arguments plus one batch dim per level for every extra
+    argument (the cotangents or tangents), appended after the Function's arguments."""
+
+    extra_name: str = "cotangents"
+    extra_dims: tuple[int | None, ...] = ()
+
+    def _make_id(self) -> str:
+        parts = self._levels_id().split("|")
+        return "|".join(
+            f"{p},{self.extra_name}={'None' if d is None else d}"
+            for p, d in zip(parts, self.extra_dims)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["id"] = self.id
+        d["extra"] = {"name": self.extra_name, "in_dims": list(self.extra_dims)}
+        return d
+
+    def combined(self, n_extra: int) -> Plan:
+        """The plan over (arguments..., extras...) that the batching helpers understand."""
+        return Plan(
+            tuple(
+                dataclasses.replace(lv, in_dims=(*lv.in_dims, *([d] * n_extra)))
+                for lv, d in zip(self.levels, self.extra_dims)
+            ),
+            self.strategy,
+        )
+
+
+class WithExtras:
+    """A SliceSource look-alike: each slice's arguments followed by its own random extras."""
+
+    def __init__(
+        self, slices: SliceSource, make: Callable[[tuple[int, ...]], list[torch.Tensor]]
+    ) -> None:
+        self._slices = slices
+        self._make = make
+        self._cache: dict[tuple[int, ...], list[torch.Tensor]] = {}
+        self._peeked: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        #: Plan readers (``PlanSlices.of``): the loop and the batched call of a case share one.
+        self._readers: dict[str, PlanSlices] = {}
+        self._n_args = len(slices.peek(()))
+        self._stacks = getattr(slices, "stacks", None)
+
+    def _extras(self, path: tuple[int, ...]) -> list[torch.Tensor]:
+        key = tuple(path)
+        while key and key[-1] == 0:
+            key = key[:-1]
+        if key not in self._cache:
+            self._cache[key] = self._make(key)
+        return self._cache[key]
+
+    def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
+        return (*self._slices.args(path), *(e.clone() for e in self._extras(path)))
+
+    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
+        """The source's kept stacks for the Function's arguments; none for the extras (drawn
+        per case)."""
+        if index < self._n_args and self._stacks is not None:
+            return self._stacks(index)
+        return None
+
+    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
+        """The cached arguments and extras at ``path``, only to be read (see
+        ``SliceSource.peek``): nothing is copied for a caller that wants one leaf."""
+        key = tuple(path)
+        both = self._peeked.get(key)
+        if both is None:
+            both = self._peeked[key] = (*self._slices.peek(path), *self._extras(path))
+        return both
+
+
+#: Positions of the extras (cotangents or tangents): all of them share one batch dim per level.
+EXTRA_CHOICES: tuple[int | None, ...] = (None, 0, -1)
+
+
+def _composite_plans(extra_name: str) -> Callable[[ArgLayout, Options], list[Plan | None]]:
+    """The Function's units and the extras as one more unit, in a strength-2 covering array
+    (exhaustive under the cap): every pair of positions of two arguments, or of an argument
+    and the extras, occurs in some plan. Then out_dims=-1 and one nested plan."""
+
+    def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
+        units = layout.units()
+        if not units:
+            return []
+        b = options.batch_sizes[0]
+        cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
+        per_unit = [unit_choices(layout, u) for u in units]
+        sizes = [*(len(c) for c in per_unit), len(EXTRA_CHOICES)]
+        rows, strategy = choose_rows(sizes, cap, options.seed, any_batched)
+        candidates: list[Plan] = []
+        for row in rows:
+            assignment: dict[Any, Any] = {}
+            for options_, r in zip(per_unit, row):
+                assignment.update(options_[r])
+            candidates.append(
+                CompositePlan(
+                    (LevelPlan(b, layout.in_dims(assignment)),),
+                    strategy,
+                    extra_name,
+                    (EXTRA_CHOICES[row[-1]],),
+                )
+            )
+        zero = layout.in_dims(layout.uniform(0))
+        candidates.append(CompositePlan((LevelPlan(b, zero, -1),), strategy, extra_name, (0,)))
+        nb = tuple(options.nested_batch_sizes)
+        if len(nb) >= 2:
+            candidates.append(
+                CompositePlan(
+                    tuple(LevelPlan(s, zero) for s in nb),
+                    "nested-fixed",
+                    extra_name,
+                    (0,) * len(nb),
+                )
+            )
+        out: list[Plan | None] = []
+        seen: set[str] = set()
+        for p in candidates:
+            if p.id not in seen:
+                seen.add(p.id)
+                out.append(p)
+        return out
+
+    return plans
+
+
+def _grad_of_vmap_plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    b = options.batch_sizes[0]
+    cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
+    plans: list[Plan | None] = list(single_level_plans(layout, b, cap=cap, seed=options.seed))
+    nested = nested_plans(layout, options.nested_batch_sizes)
+    if nested:
+        plans.append(nested[0])
+    return plans
+
+
+def _jvp_of_vmap_plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    """As grad_of_vmap, without the interior out_dims (the vmap checks cover it)."""
+    return [
+        p
+        for p in _grad_of_vmap_plans(layout, options)
+        if p is not None and all(lv.out_dims != MID for lv in p.levels)
+    ]
+
+
+def _extras_maker(
+    ctx: CaseContext, kind: str, likes: Sequence[torch.Tensor]
+) -> Callable[[tuple[int, ...]], list[torch.Tensor]]:
+    return lambda key: random_like(ctx.generator(kind, key), likes)
+
+
+def _run_composite(
+    ctx: CaseContext,
+    check: str,
+    kind: str,
+    likes: Sequence[torch.Tensor],
+    actual_fn: Callable[..., tuple[Any, ...]],
+    reference_fn: Callable[..., tuple[Any, ...]],
+    names: Sequence[str],
+    sides: str,
+    reference_name: str = "",
+    meaning: str = "",
+) -> None:
+    plan = ctx.plan
+    assert isinstance(plan, CompositePlan)
+    findings = Findings.of(ctx)
+    full = plan.combined(len(likes))
+    source = WithExtras(ctx.slices, _extras_maker(ctx, kind, likes))
+    label = f"{check} {plan.id}"
+    try:
+        expected, returned_tuple = loop_reference(reference_fn, full, source)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise ReferenceRaised(
+            _reference_raised(ctx, label, full, source, actual_fn, reference_name, meaning, exc)
+        ) from exc
+    out_dims = concrete_out_dims(full, expected, returned_tuple)
+    batched = build_batched_args(full, source)  # type: ignore[arg-type]
+    n = len(ctx.sample.args)
+    watch = Watch()
+    for i, a in enumerate(batched):
+        watch.add(f"input {i}" if i < n else f"batched {kind} {i - n}", a)
+    actual = as_tuple(
+        attempt(label, vmapped(actual_fn, full, out_dims, randomness=ctx.vmap_randomness), *batched)
+    )
+    watch.verify(label, findings, f"the Function must leave its inputs and {kind} unchanged")
+    if len(actual) != len(expected):
+        findings.add(f"{label}: {len(actual)} results, reference {len(expected)}")
+    for nm, a, e in zip(names, actual, expected):
+        findings.compare(f"{label}: {nm}, {sides}", a, e, e.dtype)
+    findings.raise_if_any()
+
+
+def _reference_raised(
+    ctx: CaseContext,
+    label: str,
+    full: Plan,
+    source: WithExtras,
+    actual_fn: Callable[..., tuple[Any, ...]],
+    reference_name: str,
+    meaning: str,
+    exc: BaseException,
+) -> str:
+    """The message of a case whose reference raised: which side, what it means, and whether
+    the transform under test itself ran (it is run here, once, to say so)."""
+    from harness.core.locations import describe_exception
+
+    batched = build_batched_args(full, source)  # type: ignore[arg-type]
+    out_dims = [0 if lv.out_dims == MID else lv.out_dims for lv in full.levels]
+    try:
+        with torch.random.fork_rng(devices=[]):
+            vmapped(actual_fn, full, out_dims, randomness=ctx.vmap_randomness)(*batched)
+        ran = f"the transform under test ({check_words(label)}) itself ran without error"
+    except Exception as e:
+        ran = f"the transform under test also raised {describe_exception(e)}"
+    return (
+        "the reference raised, not the transform under test: the "
+        f"{reference_name or 'reference'} raised {describe_exception(exc)}. "
+        f"{meaning + '; ' if meaning else ''}{ran}, but without a reference this case "
+        "compares nothing"
+    )
+
+
+def check_words(label: str) -> str:
+    return label.split(" ", 1)[0].replace("_of_", " of ")
+
+
+def run_vmap_of_vjp(ctx: CaseContext) -> str:
+    view = sample_view(ctx)
+    entry = ctx.entry
+    n = len(view.args)
+
+    def actual(*a: Any) -> tuple[Any, ...]:
+        f = restricted(entry, a[:n], view.diff, view.outs)
+        vjp_fn = torch.func.vjp(f, *(a[i] for i in view.diff))[1]
+        return tuple(vjp_fn(tuple(a[n:])))
+
+    def reference(*a: Any) -> tuple[Any, ...]:
+        return eager_vjp(entry, a[:n], view.diff, view.outs, list(a[n:]))
+
+    _run_composite(
+        ctx,
+        "vmap_of_vjp",
+        "cotangents",
+        [view.outputs[j] for j in view.outs],
+        actual,
+        reference,
+        [f"grad of input {i}" for i in view.diff],
+        f"vmap of torch.func.vjp (the Function's backward under vmap) vs {LOOP_VJP_REFERENCE} (reference)",
+        "loop of per-slice eager vjps (torch.autograd.grad, the reference)",
+        "Eager backward of the Function (torch.autograd.grad, .backward()) fails for its users",
+    )
+    return LOOP_VJP_REFERENCE
+
+
+def run_vmap_of_jvp(ctx: CaseContext) -> str:
+    view = sample_view(ctx)
+    entry = ctx.entry
+    n = len(view.args)
+    plan = ctx.plan
+    assert isinstance(plan, CompositePlan)
+    for lv, extra in zip(plan.levels, plan.extra_dims):
+        batched_inplace = [
+            i for i in entry.caps.inplace_args if i < n and lv.in_dims[i] is not None
+        ]
+        if batched_inplace and extra is None:
+            raise Unsupported(
+                f"argument {batched_inplace[0]} is modified in place (mark_dirty), so jvp must "
+                "update its tangent in place; with the argument batched and the tangent not, "
+                "vmap cannot write batched values into the unbatched tangent (torch's own "
+                "in-place ops such as exp_ raise the same way)"
+            )
+
+    def actual(*a: Any) -> tuple[Any, ...]:
+        f = restricted(entry, a[:n], view.diff, view.outs)
+        result = torch.func.jvp(f, tuple(a[i] for i in view.diff), tuple(a[n:]))
+        return (*result[0], *result[1])
+
+    def reference(*a: Any) -> tuple[Any, ...]:
+        return eager_jvp(entry, a[:n], view.diff, view.outs, list(a[n:]))
+
+    _run_composite(
+        ctx,
+        "vmap_of_jvp",
+        "tangents",
+        view.primals(),
+        actual,
+        reference,
+        [f"primal {view.out_name(j)}" for j in view.outs]
+        + [f"tangent of {view.out_name(j)}" for j in view.outs],
+        f"vmap of torch.func.jvp (the Function's jvp under vmap) vs {LOOP_JVP_REFERENCE} (reference)",
+        "loop of per-slice eager forward-mode jvps (torch.autograd.forward_ad, the reference)",
+        "Eager forward-mode AD of the Function (torch.autograd.forward_ad dual tensors) fails "
+        "for its users",
+    )
+    return LOOP_JVP_REFERENCE
+
+
+def run_grad_of_vmap(ctx: CaseContext) -> str:
+    view = sample_view(ctx)
+    entry = ctx.entry
+    plan = ctx.plan
+    assert plan is not None
+    findings = Findings.of(ctx)
+    fn = _all_outputs(entry)
+    stacked, returned_tuple = loop_reference(
+        fn, plan, ctx.slices, reuse=("all outputs", entry.call)
+    )
+    out_dims = concrete_out_dims(plan, stacked, returned_tuple)
+    reader = PlanSlices.of(plan, ctx.slices)
+    batched = reader.batched()
+    cots = random_like(ctx.generator("cotangents"), [stacked[j] for j in view.outs])
+
+    def out_dim(level: int, j: int) -> int:
+        od = out_dims[level]
+        return od[j] if isinstance(od, tuple) else od
+
+    def reference(level: int, path: tuple[int, ...], cs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if level == len(plan.levels):
+            args = reader.call_args(path)
+            return list(
+                attempt(
+                    "per-slice eager vjp (reference)",
+                    eager_vjp,
+                    entry,
+                    args,
+                    view.diff,
+                    view.outs,
+                    cs,
+                )
+            )
+        lv = plan.levels[level]
+        per = []
+        for b in range(lv.batch_size):
+            sliced = [
+                c.select(normalize_dim(out_dim(level, j), c.dim()), b)
+                for j, c in zip(view.outs, cs)
+            ]
+            per.append(reference(level + 1, (*path, b), sliced))
+        result = []
+        for m, i in enumerate(view.diff):
+            parts = [p[m] for p in per]
+            dim = lv.in_dims[i]
+            if dim is None:
+                result.append(torch.stack(parts).sum(0))
+            else:
+                result.append(torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1)))
+        return result
+
+    expected = reference(0, (), cots)
+    label = f"grad_of_vmap {plan.id}"
+    watch = Watch()
+    for i, a in enumerate(batched):
+        watch.add(f"input {i}", a)
+    cot_in = [c.clone() for c in cots]
+    for j, c in zip(view.outs, cot_in):
+        watch.add(f"the cotangent of {view.out_name(j)}", c)
+    vf = vmapped(fn, plan, out_dims, randomness=ctx.vmap_randomness)
+
+    def f(*xs: Any) -> tuple[Any, ...]:
+        call = list(batched)
+        for i, x in zip(view.diff, xs):
+            call[i] = x
+        outs = vf(*call)
+        return tuple(outs[j] for j in view.outs)
+
+    _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff))
+    actual = attempt(label, vjp_fn, tuple(cot_in))
+    watch.verify(label, findings, "inputs and cotangents must be left unchanged")
+    for i, a, e in zip(view.diff, actual, expected):
+        findings.compare(
+            f"{label}: grad of input {i}, torch.func.vjp of vmap (the Function's vmap rule and "
+            f"backward) vs {LOOP_VJP_REFERENCE} (reference; unbatched inputs summed over slices)",
+            a,
+            e,
+            e.dtype,
+        )
+    findings.raise_if_any()
+    return LOOP_VJP_REFERENCE
+
+
+def run_jvp_of_vmap(ctx: CaseContext) -> str:
+    """``torch.func.jvp`` of ``vmap(f)``: forward mode through the vmap rule.
+
+    Each tangent is batched like its primal (same in_dims at every level), so the
+    reference is a loop of per-slice eager jvps (``torch.autograd.forward_ad``) on the
+    matching slices of primals and tangents, stacked at out_dims.
+    """
+    view = sample_view(ctx)
+    entry = ctx.entry
+    plan = ctx.plan
+    assert plan is not None
+    n = len(view.args)
+    findings = Findings.of(ctx)
+    full = Plan(
+        tuple(
+            dataclasses.replace(lv, in_dims=(*lv.in_dims, *(lv.in_dims[i] for i in view.diff)))
+            for lv in plan.levels
+        ),
+        plan.strategy,
+    )
+    source = WithExtras(ctx.slices, _extras_maker(ctx, "tangents", view.primals()))
+
+    def reference(*a: Any) -> tuple[Any, ...]:
+        return eager_jvp(entry, a[:n], view.diff, view.outs, list(a[n:]))
+
+    expected, _ = loop_reference(
+        lambda *a: attempt("per-slice eager jvp (reference)", reference, *a),
+        full,
+        source,  # type: ignore[arg-type]
+    )
+    batched = build_batched_args(full, source)  # type: ignore[arg-type]
+    label = f"jvp_of_vmap {plan.id}"
+    watch = Watch()
+    for i, a in enumerate(batched):
+        watch.add(f"input {i}" if i < n else f"the tangent of input {view.diff[i - n]}", a)
+    vf = vmapped(
+        _all_outputs(entry),
+        plan,
+        [lv.out_dims for lv in plan.levels],
+        randomness=ctx.vmap_randomness,
+    )
+
+    def f(*xs: Any) -> tuple[Any, ...]:
+        call = list(batched[:n])
+        for i, x in zip(view.diff, xs):
+            call[i] = x
+        outs = as_tuple(vf(*call))
+        return tuple(outs[j] for j in view.outs)
+
+    primals_out, tangents_out = attempt(
+        label,
+        torch.func.jvp,
+        f,
+        tuple(batched[i] for i in view.diff),
+        tuple(batched[n:]),
+    )
+    watch.verify(label, findings, "inputs and tangents must be left unchanged")
+    names = [f"primal output {j}" for j in view.outs] + [
+        f"tangent of output {j}" for j in view.outs
+    ]
+    actual = (*as_tuple(primals_out), *as_tuple(tangents_out))
+    for nm, a, e in zip(names, actual, expected):
+        findings.compare(
+            f"{label}: {nm}, torch.func.jvp of vmap (the Function's vmap rule and jvp) vs "
+            f"{LOOP_JVP_REFERENCE} (reference)",
+            a,
+            e,
+            e.dtype,
+        )
+    findings.raise_if_any()
+    return LOOP_JVP_REFERENCE

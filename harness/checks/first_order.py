@@ -1,0 +1,359 @@
+"""First-order autodiff checks: ``jvp``, ``vjp``, ``jacrev`` and ``jacfwd``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from harness.checks import finite_diff as fd
+from harness.checks.autodiff_refs import (
+    COTANGENT_WHY,
+    EAGER_CUSTOM_REFERENCE,
+    FULL_JACOBIAN_MAX,
+    IDENTITY_DIRECTIONS,
+    INPUT_WHY,
+    Findings,
+    Watch,
+    _close,
+    _identity_problems,
+    _subsets,
+    attempt,
+    diff_view,
+    eager_protocol,
+    eager_vjp,
+    fd_jacobian,
+    is_custom,
+    jacobian_fits,
+    noncontiguous,
+    random_like,
+    reference_jacobian,
+    require_jacobian_budget,
+    restricted,
+)
+from harness.checks.catalogue import (
+    CaseContext,
+    Unsupported,
+)
+
+
+def _reraise(e: BaseException) -> None:
+    raise e
+
+
+# --- jvp -------------------------------------------------------------------------------------
+
+
+FORWARD_DERIVATIVE_WHY = {
+    fd.FD_REFERENCE: "gradient=custom: a jvp that is the true derivative is accepted",
+    EAGER_CUSTOM_REFERENCE: "gradient=custom: a jvp that follows the custom backward is accepted",
+}
+FORWARD_DERIVATIVE_NEITHER = (
+    "gradient=custom: the forward derivative (jvp) matches neither finite differences "
+    "(the true derivative) nor the custom backward's Jacobian"
+)
+
+
+def either_reference(
+    ctx: CaseContext,
+    check: str,
+    by_name: dict[str, Findings],
+    contract: Findings,
+    *,
+    what: str = "the Function's forward derivative",
+    why: dict[str, str] | None = None,
+    neither: str = FORWARD_DERIVATIVE_NEITHER,
+) -> str:
+    """``gradient="custom"``: a result passes when it matches **either** reference in
+    ``by_name`` (first order: finite differences, for a true-derivative jvp, or the custom
+    backward's Jacobian, for a jvp that follows the custom rule); the case says which.
+    ``contract`` holds the problems that fail the case whichever reference."""
+    why = FORWARD_DERIVATIVE_WHY if why is None else why
+    contract.raise_if_any()
+    for name, found in by_name.items():
+        if not found.problems:
+            reason = f" ({why[name]})" if name in why else ""
+            ctx.notes.append(f"{check}: {what} matches {name}{reason}")
+            return name
+    merged = Findings(contract.rtol, contract.atol)
+    tagged = [found.problems for found in by_name.values()]
+    merged.problems = [p for ps in tagged for p in ps[:2]] + [p for ps in tagged for p in ps[2:]]
+    for found in by_name.values():
+        for h in found.hints:
+            merged.hint(h)
+    merged.hint(neither)
+    merged.raise_if_any()
+    return ""
+
+
+def run_jvp(ctx: CaseContext) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    entry = ctx.entry
+    tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
+    custom = is_custom(entry)
+    jac = reference_jacobian(ctx, view)[0] if custom else None
+    args64 = view.args64()
+
+    def fd_reference(subset: Sequence[int]) -> list[torch.Tensor]:
+        return attempt(
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            view.fd_fn(args64, subset, view.outs),
+            [args64[i] for i in subset],
+            [tangents[i] for i in subset],
+            step=entry.tolerances.fd_step,
+        )
+
+    def backward_reference(subset: Sequence[int]) -> list[torch.Tensor]:
+        assert jac is not None
+        full = [tangents[i] if i in subset else None for i in view.diff]
+        return fd.jvp_from_jacobian(jac, full, view.input_shapes)
+
+    references: dict[str, Callable[[Sequence[int]], list[torch.Tensor]]] = {
+        fd.FD_REFERENCE: fd_reference
+    }
+    if custom:
+        references[EAGER_CUSTOM_REFERENCE] = backward_reference
+    # contract and primal problems: they fail the case whatever the reference
+    findings = Findings.derived(ctx, view)
+    by_name = {name: Findings.derived(ctx, view) for name in references} if custom else {}
+    by_name.setdefault(fd.FD_REFERENCE, findings)
+
+    cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
+    cases.append(("non-contiguous inputs and tangents", view.diff, True))
+    for name, subset, strided in cases:
+        label = f"jvp: {name}"
+        before = len(findings.problems)
+        args = list(view.args)
+        tans = [tangents[i].clone() for i in subset]
+        if strided:
+            for i in subset:
+                args[i] = noncontiguous(args[i])
+            tans = [noncontiguous(t) for t in tans]
+        watch = Watch()
+        for i, a in enumerate(args):
+            watch.add(f"input {i}", a)
+        for i, t in zip(subset, tans):
+            watch.add(f"the tangent of input {i}", t)
+        f = restricted(entry, args, subset, view.outs)
+        out, tout = attempt(
+            f"{label} (torch.func.jvp)",
+            torch.func.jvp,
+            f,
+            tuple(args[i] for i in subset),
+            tuple(tans),
+        )
+        watch.verify(label, findings, "inputs and tangents must be left unchanged")
+        for k, j in enumerate(view.outs):
+            findings.compare(
+                f"{label}: primal {view.out_name(j)} under torch.func.jvp vs the plain call",
+                out[k],
+                view.outputs[j],
+            )
+        for ref_name, reference in references.items():
+            found = by_name[ref_name]
+            before_ref = len(found.problems)
+            for j, actual, expected in zip(view.outs, tout, reference(subset)):
+                found.compare(
+                    f"{label}: tangent of {view.out_name(j)}, torch.func.jvp (the Function's jvp) vs "
+                    f"{ref_name} (reference)",
+                    actual,
+                    expected,
+                    view.outputs[j].dtype,
+                )
+            found.outcome(name, before_ref)
+        findings.outcome(name, before)
+    if custom:
+        return either_reference(ctx, "jvp", by_name, findings)
+    findings.raise_if_any()
+    return fd.FD_REFERENCE
+
+
+# --- vjp -------------------------------------------------------------------------------------
+
+CUSTOM_GRADIENT_HINT = (
+    "if this gradient is intentional (surrogate, straight-through, tangent-space), check with "
+    "`--gradient custom`"
+)
+
+
+def _differs_everywhere(findings: Findings, actual: Any, expected: torch.Tensor) -> bool:
+    """A different rule rather than a slip: every value of the grad is outside tolerance, or
+    the true derivative is zero everywhere (a piecewise-constant forward) and the grad is not."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return False
+    if actual.numel() == 0:
+        return False
+    rtol, atol = findings.tolerances_for(actual, expected)
+    wide = torch.complex128 if actual.is_complex() or expected.is_complex() else torch.float64
+    a, e = actual.detach().to(wide).cpu(), expected.detach().to(wide).cpu()
+    bad = (a - e).abs() > atol + rtol * e.abs()
+    flat_reference = bool((e.abs() <= atol).all())
+    return bool(bad.all()) or (flat_reference and bool(bad.any()))
+
+
+def run_vjp(ctx: CaseContext) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    entry = ctx.entry
+    findings = Findings.derived(ctx, view)
+    cot = dict(
+        zip(
+            view.outs,
+            random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs]),
+        )
+    )
+    custom = is_custom(entry)
+    columns = view.columns()
+    jac = None
+    ref_name = EAGER_CUSTOM_REFERENCE if custom else fd.FD_REFERENCE
+    if not custom and columns <= FULL_JACOBIAN_MAX and not view.is_complex and jacobian_fits(view):
+        jac, ref_name = reference_jacobian(ctx, view)
+    args64 = view.args64()
+
+    def reference(ins: Sequence[int], outs: Sequence[int]) -> list[torch.Tensor] | None:
+        cots: list[torch.Tensor | None] = [cot[j] if j in outs else None for j in view.outs]
+        if custom:
+            full = attempt(
+                "eager backward (reference)",
+                eager_vjp,
+                entry,
+                view.args,
+                view.diff,
+                view.outs,
+                [None if c is None else c.clone() for c in cots],
+            )
+        elif jac is not None:
+            full = fd.vjp_from_jacobian(jac, cots, view.input_shapes)
+        else:
+            return None
+        return [full[view.diff.index(i)] for i in ins]
+
+    def check_grads(
+        label: str, ins: Sequence[int], outs: Sequence[int], grads: Sequence[Any]
+    ) -> None:
+        expected = reference(ins, outs)
+        if expected is not None:
+            for i, actual, e in zip(ins, grads, expected):
+                ok = findings.compare(
+                    f"{label}: grad of input {i} vs {ref_name} (reference)",
+                    actual,
+                    e,
+                    view.args[i].dtype,
+                )
+                if not ok and not custom and _differs_everywhere(findings, actual, e):
+                    findings.hint(CUSTOM_GRADIENT_HINT)
+                if not ok and isinstance(actual, torch.Tensor):
+                    for k, other in zip(ins, expected):
+                        if k != i and _close(findings, actual, other):
+                            findings.hint(
+                                f"the grad of input {i} equals the reference grad of input {k}: "
+                                "backward returns its gradients in the wrong order?"
+                            )
+            return
+        gen = ctx.generator("directions", label)
+        directions = [
+            random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)
+        ]
+        f64 = view.fd_fn(args64, ins, outs)
+        rhs = []
+        for t in directions:
+            jt = attempt(
+                "finite differences (reference, float64 forward)",
+                fd.directional,
+                f64,
+                [args64[i] for i in ins],
+                t,
+                step=entry.tolerances.fd_step,
+            )
+            rhs.append(fd.dot(jt, [cot[j] for j in outs]))
+        before = len(findings.problems)
+        _identity_problems(label, findings, grads, directions, rhs, columns)
+        if not custom and len(findings.problems) - before == len(directions):
+            findings.hint(CUSTOM_GRADIENT_HINT)
+
+    cases = [
+        (f"{in_name}, {out_name}", ins, outs, False)
+        for in_name, ins in _subsets(view.diff, "input", "inputs")
+        for out_name, outs in _subsets(view.outs, "output", "outputs")
+    ]
+    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
+    for name, ins, outs, strided in cases:
+        before = len(findings.problems)
+        args = list(view.args)
+        if strided:
+            for i in ins:
+                args[i] = noncontiguous(args[i])
+        for how in ("torch.func.vjp", "torch.autograd.grad"):
+            label = f"vjp: {name} ({how}, the Function's backward)"
+            cots = [cot[j].clone() for j in outs]
+            if strided:
+                cots = [noncontiguous(c) for c in cots]
+            watch = Watch()
+            for i, a in enumerate(args):
+                watch.add(f"input {i}", a)
+            cot_watch = Watch()
+            for j, c in zip(outs, cots):
+                cot_watch.add(f"the cotangent of {view.out_name(j)}", c)
+            if how == "torch.func.vjp":
+                f = restricted(entry, args, ins, outs)
+                _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(args[i] for i in ins))
+                grads = attempt(label, vjp_fn, tuple(cots))
+            else:
+                grads = attempt(label, eager_vjp, entry, args, ins, outs, cots)
+            watch.verify(label, findings, INPUT_WHY)
+            cot_watch.verify(label, findings, COTANGENT_WHY)
+            check_grads(label, ins, outs, grads)
+        findings.outcome(name, before)
+    findings.raise_if_any()
+    return ref_name
+
+
+# --- jacrev / jacfwd -------------------------------------------------------------------------
+
+
+def run_jacobian(ctx: CaseContext, kind: str) -> str:
+    view = diff_view(ctx)
+    require_jacobian_budget(view, f"{kind} (torch.func.{kind} and its reference)")
+    eager_protocol(ctx, view)
+    findings = Findings.derived(ctx, view)
+    transform: Callable[..., Any] = torch.func.jacrev
+    if kind == "jacfwd":
+        transform = functools.partial(torch.func.jacfwd, randomness=ctx.vmap_randomness)
+    watch = Watch()
+    for i, a in enumerate(view.args):
+        watch.add(f"input {i}", a)
+    argnums = tuple(range(len(view.diff)))
+    try:
+        jac = transform(view.fn(), argnums=argnums)(*view.primals())
+    except RuntimeError as e:
+        if view.is_complex and "to be real" in str(e):
+            raise Unsupported(
+                f"torch.func.{kind} refuses complex inputs and outputs (torch: {e}); the "
+                "complex derivatives are checked by jvp and vjp"
+            ) from None
+        attempt(f"{kind} (torch.func.{kind})", _reraise, e)
+        raise
+    watch.verify(kind, findings, INPUT_WHY)
+    refs = [reference_jacobian(ctx, view)]
+    if kind == "jacfwd" and is_custom(ctx.entry):  # either reference, finite differences first
+        refs.insert(0, (fd_jacobian(ctx, view), fd.FD_REFERENCE))
+    by_name = {name: Findings.derived(ctx, view) for _, name in refs} if len(refs) > 1 else {}
+    for ref, ref_name in refs:
+        found = by_name.get(ref_name, findings)
+        for k, j in enumerate(view.outs):
+            for m, i in enumerate(view.diff):
+                found.compare(
+                    f"{kind}: d({view.out_name(j)})/d(input {i}), torch.func.{kind} (the Function's "
+                    f"{'backward' if kind == 'jacrev' else 'jvp'}) vs {ref_name} Jacobian "
+                    "(reference)",
+                    jac[k][m],
+                    ref[k][m],
+                )
+    if by_name:
+        return either_reference(ctx, kind, by_name, findings)
+    findings.raise_if_any()
+    return refs[0][1]

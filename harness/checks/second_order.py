@@ -1,0 +1,364 @@
+"""Second-order autodiff checks: ``vjp_of_vjp`` (double backward) and ``jvp_of_vjp``.
+
+``derivative`` entries: ``jvp_of_vjp`` is compared with the finite-difference derivative
+of the eager first-order vjp ``g(x, c) = J(x)^T c`` along the tangents; for
+``vjp_of_vjp`` the symmetry of second derivatives makes the reference two directional
+differences. When the sample's first-order vjp already differs from finite differences,
+a second-order failure says it follows from that case.
+
+``custom`` entries (a first order that is deliberately not the derivative): never finite
+differences of the backward, since a saved output's dependence runs through the custom
+rule in one and the true derivative in the other. ``vjp_of_vjp`` is compared with plain
+eager autograd's double backward of the same Function (``torch.autograd.grad`` twice with
+``create_graph=True``); ``jvp_of_vjp`` passes when it matches either that double backward
+(``J_g t`` by the double-vjp trick) or eager forward-over-reverse (``forward_ad`` dual
+tensors through ``torch.autograd.grad``: the Function's own jvp for saved outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from autograd_function_db.entry import Entry
+from harness.checks import finite_diff as fd
+from harness.checks.autodiff_refs import (
+    FULL_JACOBIAN_MAX,
+    SECOND_ORDER_REFERENCE,
+    DiffView,
+    Findings,
+    Watch,
+    _identity_problems,
+    attempt,
+    diff_view,
+    eager_protocol,
+    eager_vjp,
+    fd_jacobian,
+    grad_where_connected,
+    is_custom,
+    random_like,
+    restricted,
+)
+from harness.checks.catalogue import (
+    CaseContext,
+)
+from harness.checks.first_order import either_reference
+
+EAGER_DOUBLE_BACKWARD = (
+    "eager double backward (torch.autograd.grad twice with create_graph=True, gradient=custom)"
+)
+EAGER_FORWARD_OVER_REVERSE = (
+    "eager forward-over-reverse (torch.autograd.forward_ad over torch.autograd.grad, "
+    "gradient=custom)"
+)
+
+# --- second order ----------------------------------------------------------------------------
+
+
+def first_order_vjp(view: DiffView, args: Sequence[Any]) -> Callable[..., tuple[Any, ...]]:
+    """g(x..., c...) = the first-order vjp through torch.func (differentiable by torch.func)."""
+    n = len(view.diff)
+    f = restricted(view.entry, args, view.diff, view.outs)
+
+    def g(*xc: Any) -> tuple[Any, ...]:
+        vjp_fn = torch.func.vjp(f, *xc[:n])[1]
+        return tuple(vjp_fn(tuple(xc[n:])))
+
+    return g
+
+
+def eager_first_order(view: DiffView, args: Sequence[Any]) -> Callable[..., tuple[Any, ...]]:
+    """g(x..., c...) through the Function's eager backward (for finite differences; a
+    random Function is evaluated in the call's dtype, so it sees the call's draw)."""
+    n = len(view.diff)
+    dtypes = view.call_dtypes()
+
+    def g(*xc: Any) -> tuple[Any, ...]:
+        call = list(args)
+        for i, x in zip(view.diff, xc[:n]):
+            call[i] = x
+        cots = list(xc[n:])
+        if dtypes is not None:
+            call = [c.to(d) if d is not None else c for c, d in zip(call, dtypes)]
+            cots = [c.to(view.outputs[j].dtype) for c, j in zip(cots, view.outs)]
+        return eager_vjp(view.entry, call, view.diff, view.outs, cots)
+
+    return g
+
+
+def _second_order_hint(entry: Entry, actual: Sequence[Any], expected: Sequence[Any]) -> str:
+    zero = all(isinstance(a, torch.Tensor) and not bool(a.detach().any()) for a in actual)
+    nonzero_ref = any(bool(e.abs().max() > 0) for e in expected if e.numel())
+    if entry.caps.once_differentiable:
+        return (
+            "backward is @once_differentiable, and torch.func silently returns zeros for "
+            "second order through it; drop the decorator or do not claim double_backward"
+        )
+    if zero and nonzero_ref:
+        return (
+            "the second-order result is all zeros: a backward computed outside autograd "
+            "(@once_differentiable, numpy, .detach()) gives silent zeros under torch.func"
+        )
+    return ""
+
+
+def _second_order_setup(
+    ctx: CaseContext,
+) -> tuple[DiffView, list[torch.Tensor], list[torch.Tensor], list[str]]:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    cots = random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs])
+    names = [f"input {i}" for i in view.diff] + [
+        f"the cotangent of {view.out_name(j)}" for j in view.outs
+    ]
+    return view, view.primals(), cots, names
+
+
+def _eager_first_order(
+    view: DiffView, primals: Sequence[torch.Tensor]
+) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """Fresh leaves for (x, c) and the eager first-order grads g(x, c) = J(x)^T c, taken with
+    ``create_graph=True`` so that they can be differentiated again (call under enable_grad)."""
+    n = len(view.diff)
+    leaves = [p.detach().clone().requires_grad_(True) for p in primals]
+    call = list(view.args)
+    for i, x in zip(view.diff, leaves):
+        call[i] = x
+    first = eager_vjp(view.entry, call, view.diff, view.outs, leaves[n:], create_graph=True)
+    return leaves, first
+
+
+def eager_double_backward(
+    view: DiffView, primals: Sequence[torch.Tensor], w: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """d<g(x, c), w>/d(x, c) by plain eager autograd: ``torch.autograd.grad`` of the
+    first-order grads (taken with ``create_graph=True``), no torch.func involved."""
+    with torch.enable_grad():
+        leaves, first = _eager_first_order(view, primals)
+        grads = grad_where_connected(first, leaves, [t.clone() for t in w])
+        if grads is None:
+            return tuple(torch.zeros_like(x) for x in leaves)
+    return tuple(g.detach() for g in grads)
+
+
+def eager_double_backward_jvp(
+    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """``J_g t`` for g(x, c) = J(x)^T c by eager reverse mode only (the double-vjp trick:
+    ``u -> J_g^T u`` is linear in ``u``, and its vjp with ``t`` is ``J_g t``)."""
+    with torch.enable_grad():
+        leaves, first = _eager_first_order(view, primals)
+        us = [torch.zeros_like(g).requires_grad_(True) for g in first]
+        vs = grad_where_connected(first, leaves, us, create_graph=True)
+        if vs is None:
+            return tuple(torch.zeros_like(g) for g in first)
+        out = grad_where_connected(vs, us, [t.detach().clone() for t in tangents])
+        if out is None:
+            return tuple(torch.zeros_like(g) for g in first)
+    return tuple(o.detach() for o in out)
+
+
+def eager_forward_over_reverse(
+    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """``J_g t`` by eager forward-mode AD (dual tensors) through ``torch.autograd.grad``:
+    the Function's own jvp gives the tangents of what it saved, as under torch.func."""
+    n = len(view.diff)
+    with fwAD.dual_level(), torch.enable_grad():
+        leaves = [p.detach().clone().requires_grad_(True) for p in primals[:n]]
+        duals = [fwAD.make_dual(x, t.detach().clone()) for x, t in zip(leaves, tangents[:n])]
+        cots = [
+            fwAD.make_dual(c.detach().clone(), t.detach().clone())
+            for c, t in zip(primals[n:], tangents[n:])
+        ]
+        outs = restricted(view.entry, view.args, view.diff, view.outs)(*duals)
+        grads = grad_where_connected(outs, leaves, cots)
+        if grads is None:
+            return tuple(torch.zeros_like(x) for x in leaves)
+        result = []
+        for g in grads:
+            t = fwAD.unpack_dual(g).tangent
+            result.append(torch.zeros_like(g).detach() if t is None else t.detach().clone())
+    return tuple(result)
+
+
+def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.Tensor]) -> str:
+    """The id of this sample's first-order ``vjp`` case when the Function's eager backward
+    already differs from finite differences there (else ""): a second-order mismatch then
+    follows from it."""
+    findings = Findings.derived(ctx, view)
+    grads = attempt(
+        "eager backward", eager_vjp, view.entry, view.args, view.diff, view.outs, list(cots)
+    )
+    if view.columns() <= FULL_JACOBIAN_MAX and not view.is_complex:
+        expected = fd.vjp_from_jacobian(fd_jacobian(ctx, view), list(cots), view.input_shapes)
+        for i, a, e in zip(view.diff, grads, expected):
+            findings.compare(f"grad of input {i}", a, e)
+    else:
+        gen = ctx.generator("first-order directions")
+        direction = random_like(gen, view.primals())
+        args64 = view.args64()
+        jt = attempt(
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            view.fd_fn(args64, view.diff, view.outs),
+            view.primals(args64),
+            direction,
+            step=view.entry.tolerances.fd_step,
+        )
+        _identity_problems("vjp", findings, grads, [direction], [fd.dot(jt, cots)], view.columns())
+    if not findings.problems:
+        return ""
+    return f"{view.entry.name}/vjp/s{ctx.sample_index}"
+
+
+def _follows(findings: Findings, check: str, case: str) -> None:
+    """Replace a second-order mismatch by the first-order failure it follows from."""
+    detail = findings.problems[0]
+    findings.problems = [
+        f"{check}: follows from the first-order failure of {case} (the Function's backward "
+        "differs from finite differences (float64) there, so its derivative cannot match: fix "
+        f"the first order first); first second-order mismatch: {detail}"
+    ]
+    findings.failed, findings.passed = [], []
+
+
+def run_vjp_of_vjp(ctx: CaseContext) -> str:
+    view, xs, cots, names = _second_order_setup(ctx)
+    entry = ctx.entry
+    findings = Findings.derived(ctx, view)
+    w = random_like(ctx.generator("outer cotangents"), xs)
+    primals = [*xs, *cots]
+    custom = is_custom(entry)
+    ref_name = SECOND_ORDER_REFERENCE
+    if custom:
+        # gradient=custom: plain eager autograd's double backward of the same Function.
+        ref_name = EAGER_DOUBLE_BACKWARD
+        expected = list(
+            attempt(f"{EAGER_DOUBLE_BACKWARD} (reference)", eager_double_backward, view, primals, w)
+        )
+    else:
+        # Second derivatives are symmetric, so d<J(x)^T c, w>/dx is the derivative of
+        # g(., c) along w, and d<J(x)^T c, w>/dc = J w: two directional differences.
+        args64 = view.args64()
+        p64 = [fd.upcast(p) for p in primals]
+        x64 = p64[: len(xs)]
+        along_w = attempt(
+            "finite differences of the eager vjp (reference)",
+            fd.directional,
+            eager_first_order(view, args64),
+            p64,
+            [*w, *([None] * len(cots))],
+            step=entry.tolerances.fd_step,
+        )
+        jw = attempt(
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            view.fd_fn(args64, view.diff, view.outs),
+            x64,
+            w,
+            step=entry.tolerances.fd_step,
+        )
+        expected = [*along_w, *jw]
+
+    results: list[tuple[str, Sequence[Any]]] = []
+    # torch.func: vjp of vjp
+    label = "vjp_of_vjp (torch.func.vjp of torch.func.vjp, the Function's double backward)"
+    watch = Watch()
+    for nm, p in zip(names, primals):
+        watch.add(nm, p)
+    w_in = [t.clone() for t in w]
+    for i, t in zip(view.diff, w_in):
+        watch.add(f"the outer cotangent for input {i}", t)
+    _, vjp2 = attempt(
+        f"{label} forward", torch.func.vjp, first_order_vjp(view, view.args), *primals
+    )
+    results.append((label, attempt(label, vjp2, tuple(w_in))))
+    watch.verify(label, findings, "backward must leave its inputs and grad_output unchanged")
+    if not custom:
+        # plain autograd: double backward with create_graph=True, also against FD
+        label = (
+            "vjp_of_vjp (torch.autograd.grad with create_graph=True, the Function's double "
+            "backward)"
+        )
+        results.append((label, attempt(label, eager_double_backward, view, primals, w)))
+
+    for label, actual in results:
+        for nm, a, e in zip(names, actual, expected):
+            findings.compare(f"{label}: d<vjp, w>/d {nm} vs {ref_name} (reference)", a, e)
+    hint = ""
+    if findings.problems:
+        case = "" if custom else first_order_failure(ctx, view, cots)
+        if case:
+            _follows(findings, "vjp_of_vjp", case)
+        else:
+            hint = _second_order_hint(entry, results[0][1], expected)
+    findings.raise_if_any(hint)
+    return ref_name
+
+
+def run_jvp_of_vjp(ctx: CaseContext) -> str:
+    view, xs, cots, names = _second_order_setup(ctx)
+    entry = ctx.entry
+    findings = Findings.derived(ctx, view)
+    primals = [*xs, *cots]
+    tangents = random_like(ctx.generator("tangents"), primals)
+    label = "jvp_of_vjp (torch.func.jvp of torch.func.vjp, forward-over-reverse)"
+    watch = Watch()
+    for nm, p, t in zip(names, primals, tangents):
+        watch.add(nm, p)
+        watch.add(f"the tangent of {nm}", t)
+    g = first_order_vjp(view, view.args)
+    _, actual = attempt(label, torch.func.jvp, g, tuple(primals), tuple(tangents))
+    watch.verify(label, findings, "inputs, cotangents and tangents must be left unchanged")
+    if is_custom(entry):
+        by_name: dict[str, Findings] = {}
+        for ref_name, reference in (
+            (EAGER_DOUBLE_BACKWARD, eager_double_backward_jvp),
+            (EAGER_FORWARD_OVER_REVERSE, eager_forward_over_reverse),
+        ):
+            found = by_name[ref_name] = Findings.derived(ctx, view)
+            expected = attempt(f"{ref_name} (reference)", reference, view, primals, tangents)
+            for i, a, e in zip(view.diff, actual, expected):
+                found.compare(
+                    f"{label}: tangent of the grad of input {i} vs {ref_name} (reference)", a, e
+                )
+        return either_reference(
+            ctx,
+            "jvp_of_vjp",
+            by_name,
+            findings,
+            what="torch.func's forward-over-reverse",
+            why={},
+            neither=(
+                "gradient=custom: torch.func's forward-over-reverse matches neither eager "
+                "autograd's double backward nor eager forward-over-reverse of the same Function"
+            ),
+        )
+    args64 = view.args64()
+    expected = attempt(
+        "finite differences of the eager vjp (reference)",
+        fd.directional,
+        eager_first_order(view, args64),
+        [fd.upcast(p) for p in primals],
+        tangents,
+        step=entry.tolerances.fd_step,
+    )
+    for i, a, e in zip(view.diff, actual, expected):
+        findings.compare(
+            f"{label}: tangent of the grad of input {i} vs {SECOND_ORDER_REFERENCE} (reference)",
+            a,
+            e,
+        )
+    hint = ""
+    if findings.problems:
+        case = first_order_failure(ctx, view, cots)
+        if case:
+            _follows(findings, "jvp_of_vjp", case)
+        else:
+            hint = _second_order_hint(entry, actual, expected)
+    findings.raise_if_any(hint)
+    return SECOND_ORDER_REFERENCE

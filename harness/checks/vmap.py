@@ -1,0 +1,381 @@
+"""The vmap checks: one level, nested levels and chunked, each against a loop over slices."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from autograd_function_db.entry import VMAP_NONE, Entry
+from harness.checks.catalogue import (
+    CaseContext,
+    CheckFailure,
+    CheckSpec,
+    Unsupported,
+    needs_vmap,
+    register,
+)
+from harness.checks.compare import compare_outputs
+from harness.core.options import Options
+from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
+from harness.plans.plan import (
+    ArgLayout,
+    Plan,
+    chunked_plans,
+    hazard_plans,
+    nested_plans,
+    normalize_dim,
+    single_level_plans,
+)
+from harness.plans.pytrees import FlatCall, describe_structure
+from harness.plans.slices import RepeatedSlices, build_batched_args, seeded_call
+
+# --- custom ops without a vmap rule: torch falls back to a slow loop ------------------------
+
+#: Text of torch's C++ warning when vmap falls back to a per-slice loop (BatchedFallback.cpp).
+FALLBACK_MARK = "we have not yet implemented the batching rule"
+
+
+def lacks_batching_rule(entry: Entry) -> bool:
+    """True for a torch.library custom op with no FuncTorchBatched kernel (no register_vmap):
+    vmap then runs it through the slow per-slice fallback instead of raising."""
+    qualname = getattr(entry.custom_op, "_qualname", None)
+    if qualname is None:
+        return False
+    return not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "FuncTorchBatched")
+
+
+def needs_vmap_or_fallback(entry: Entry) -> str | None:
+    """Like ``needs_vmap``, but a custom op without a rule still runs: the fallback is reported."""
+    if entry.custom_op is not None and entry.caps.vmap == VMAP_NONE:
+        return None
+    return needs_vmap(entry)
+
+
+@contextlib.contextmanager
+def captured_fallback_warnings() -> Iterator[list[str]]:
+    """Collect torch's vmap fallback warnings while the block runs.
+
+    The warning comes from C++ and goes straight to file descriptor 2 (not through
+    Python's warnings), so fd 2 is redirected to a temporary file for the block; lines
+    that are not the fallback warning are written back to stderr afterwards. Python
+    warnings carrying the same text are collected too. The list is filled on exit.
+    """
+    lines: list[str] = []
+    caught: list[warnings.WarningMessage] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            with warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                try:
+                    yield lines
+                finally:
+                    caught.extend(record)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            others: list[str] = []
+            for line in text.splitlines():
+                (lines if FALLBACK_MARK in line else others).append(line.strip())
+            if others:
+                sys.stderr.write("\n".join(others) + "\n")
+            for w in caught:
+                if FALLBACK_MARK in str(w.message):
+                    lines.append(str(w.message))
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def fallback_message(entry: Entry, name: str, plan: Plan, captured: list[str]) -> str:
+    warning = ""
+    if captured:
+        text = captured[0]
+        text = text[text.find("Warning:") + len("Warning:") :] if "Warning:" in text else text
+        warning = f' (torch warned: "{text.strip()}")'
+    return (
+        f"{name} {plan.id}: custom op {entry.function_name} has no vmap rule, so torch.func.vmap "
+        f"fell back to a slow per-slice loop{warning}; the results matched the loop reference, "
+        "but nothing was batched: register a rule with torch.library.register_vmap"
+    )
+
+
+def _diagnose(actual: Any, expected: Any, plan: Plan, out_dim: Any) -> str:
+    """A guess at what the rule got wrong, from the shapes and values alone."""
+    if not (isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor)):
+        return ""
+    sizes = {lv.batch_size for lv in plan.levels}
+    if actual.shape != expected.shape:
+        if sorted(actual.shape) == sorted(expected.shape):
+            return "same sizes in another order: the batch dim is probably at the wrong position"
+        if actual.dim() == expected.dim() - 1:
+            return "one dim short: a batched output was probably returned with out_dim None"
+        missing = [s for s in sizes if s in expected.shape and s not in actual.shape]
+        if missing:
+            return f"batch size {missing[0]} missing from the result: the rule returned a wrong batch size"
+        return ""
+    if len(plan.levels) == 1 and isinstance(out_dim, int) and actual.dim() > 0:
+        d = normalize_dim(out_dim, actual.dim())
+        slices = actual.movedim(d, 0)
+        ref = expected.movedim(d, 0)
+        if (
+            slices.shape[0] > 1
+            and all(torch.equal(slices[0], s) for s in slices[1:])
+            and not all(torch.equal(ref[0], s) for s in ref[1:])
+        ):
+            return "every batch slice of the result is equal: the rule seems to compute one slice and expand it"
+    return ""
+
+
+def inputs_snapshot(args: Sequence[Any], skip: Sequence[int]) -> list[tuple[int, torch.Tensor]]:
+    return [
+        (i, a.detach().clone())
+        for i, a in enumerate(args)
+        if isinstance(a, torch.Tensor) and i not in skip
+    ]
+
+
+def assert_inputs_unchanged(
+    name: str, args: Sequence[Any], snapshot: list[tuple[int, torch.Tensor]]
+) -> None:
+    for i, before in snapshot:
+        after = args[i]
+        if after.shape != before.shape or not torch.equal(after.detach(), before):
+            raise CheckFailure(
+                f"{name}: input {i} was modified by the call; declare it with inplace_args "
+                "(and mark_dirty) if that is intended"
+            )
+
+
+def run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
+    """Run the plan's vmap(s) and compare with the loop reference; raise CheckFailure on mismatch.
+
+    A random entry is checked under each ``randomness`` mode (``run_random_plan``); a custom
+    op without a vmap rule is compared as usual and then reported as ``unsupported`` with
+    a message naming torch's slow fallback (never as a plain pass).
+    """
+    if ctx.entry.caps.randomness:
+        return run_random_plan(ctx, name)
+    if lacks_batching_rule(ctx.entry):
+        assert ctx.plan is not None
+        with captured_fallback_warnings() as captured:
+            _run_vmap_plan(ctx, name)
+        raise Unsupported(fallback_message(ctx.entry, name, ctx.plan, captured))
+    return _run_vmap_plan(ctx, name)
+
+
+def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
+    plan = ctx.plan
+    assert plan is not None
+    # The Function's outputs may be any pytree: vmap and the loop see the flat leaves, the
+    # structures are compared on their own.
+    ref_fn, fn = FlatCall(ctx.entry.call), FlatCall(ctx.entry.call)
+    expected, _ = loop_reference(ref_fn, plan, ctx.slices, reuse=("forward", ctx.entry.call))
+    out_dims = concrete_out_dims(plan, expected, True)
+    args = build_batched_args(plan, ctx.slices)
+    snapshot = inputs_snapshot(args, ctx.entry.caps.inplace_args)
+    actual = vmapped(fn, plan, out_dims)(*args)
+    assert_inputs_unchanged(f"{name} {plan.id}", args, snapshot)
+    if not fn.same_structure(ref_fn):
+        assert fn.spec is not None and ref_fn.spec is not None
+        raise CheckFailure(
+            f"{name} {plan.id}: vmap returned {describe_structure(fn.spec)}, the per-slice "
+            f"call returned {describe_structure(ref_fn.spec)}"
+        )
+    rtol, atol = ctx.tolerances
+    problems = compare_outputs(
+        actual,
+        expected,
+        rtol=rtol,
+        atol=atol,
+        label=f"{name} {plan.id} (Function under vmap vs loop over slices)",
+        names=ref_fn.names(),
+    )
+    if problems:
+        k = next(
+            (
+                i
+                for i, (a, e) in enumerate(zip(actual, expected))
+                if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor))
+                or a.shape != e.shape
+                or not torch.allclose(
+                    a.detach().to(e.dtype), e, rtol=rtol, atol=atol, equal_nan=True
+                )
+            ),
+            0,
+        )
+        level_out = out_dims[0]
+        out_dim = level_out[k] if isinstance(level_out, tuple) else level_out
+        hint = _diagnose(actual[k] if k < len(actual) else None, expected[k], plan, out_dim)
+        raise CheckFailure("; ".join(problems) + (f" -- {hint}" if hint else ""))
+    return "loop over slices"
+
+
+# --- randomness ------------------------------------------------------------------------------
+
+#: The modes ``torch.func.vmap(randomness=...)`` accepts; a random entry is checked under each.
+RANDOMNESS_MODES = ("error", "same", "different")
+
+
+def _slices_along(t: torch.Tensor, dim: int) -> list[torch.Tensor]:
+    return list(t.movedim(normalize_dim(dim, t.dim()), 0))
+
+
+def run_random_plan(ctx: CaseContext, name: str) -> str | None:
+    """A random entry under each ``randomness`` mode, for the plan's levels and batch sizes.
+
+    * ``error``: the vmapped call must raise (the rule must refuse to draw).
+    * ``same``: one draw shared by all slices: equal to a loop that reseeds the RNG to
+      the same seed before every slice.
+    * ``different``: a draw per slice: on a batch that repeats one input slice, the
+      per-slice outputs must not all be equal; shapes and dtypes as the loop's.
+    """
+    plan = ctx.plan
+    assert plan is not None
+    fn = FlatCall(ctx.entry.call)
+    seed = int(ctx.generator("rng").initial_seed())
+    label = f"{name} {plan.id}"
+    expected, returned_tuple = loop_reference(seeded_call(fn, seed), plan, ctx.slices)
+    out_dims = concrete_out_dims(plan, expected, returned_tuple)
+    args = build_batched_args(plan, ctx.slices)
+    rtol, atol = ctx.tolerances
+
+    try:
+        with torch.random.fork_rng(devices=[]):
+            vmapped(fn, plan, out_dims, randomness="error")(*args)
+    except Exception:
+        pass
+    else:
+        raise CheckFailure(
+            f"{label}, randomness='error': the call returned instead of raising; a vmap rule "
+            "that draws random numbers must raise when info.randomness == 'error'"
+        )
+
+    same = as_tuple(seeded_call(vmapped(fn, plan, out_dims, randomness="same"), seed)(*args))
+    problems = compare_outputs(
+        same,
+        expected,
+        rtol=rtol,
+        atol=atol,
+        label=f"{label}, randomness='same' (vmap vs a loop reseeded to the same seed per slice)",
+    )
+    if problems:
+        raise CheckFailure(
+            "; ".join(problems) + " -- with randomness='same' every slice must see the draw "
+            "one unbatched call makes (draw once with the per-slice shape and broadcast)"
+        )
+
+    different = as_tuple(
+        seeded_call(vmapped(fn, plan, out_dims, randomness="different"), seed)(*args)
+    )
+    problems = compare_outputs(
+        [o.shape for o in different if isinstance(o, torch.Tensor)],
+        [o.shape for o in expected if isinstance(o, torch.Tensor)],
+        rtol=0,
+        atol=0,
+        label=f"{label}, randomness='different': output shapes",
+    )
+    if problems:
+        raise CheckFailure("; ".join(problems))
+    repeated = build_batched_args(plan, RepeatedSlices(ctx.slices))
+    outs = as_tuple(
+        seeded_call(vmapped(fn, plan, out_dims, randomness="different"), seed)(*repeated)
+    )
+    level0 = out_dims[0]
+    varied = False
+    for k, out in enumerate(outs):
+        if not isinstance(out, torch.Tensor) or not (out.is_floating_point() or out.is_complex()):
+            continue
+        dim = level0[k] if isinstance(level0, tuple) else level0
+        parts = _slices_along(out, dim)
+        if any(not torch.equal(parts[0], p) for p in parts[1:]):
+            varied = True
+    if not varied:
+        raise CheckFailure(
+            f"{label}, randomness='different': on a batch that repeats one input slice every "
+            "slice got the same output; each batch element must get its own draw (draw with "
+            "the batched shape when info.randomness == 'different')"
+        )
+    return "loop reseeded per slice (same); per-slice variation (different); raises (error)"
+
+
+def _single(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    plans: list[Plan | None] = []
+    for b in options.batch_sizes:
+        plans.extend(single_level_plans(layout, b, cap=options.plan_cap, seed=options.seed))
+    return plans
+
+
+def _nested(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    return list(
+        nested_plans(layout, options.nested_batch_sizes, cap=options.plan_cap, seed=options.seed)
+    )
+
+
+def _chunked(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    return list(chunked_plans(layout, *options.chunk))
+
+
+def _hazard(layout: ArgLayout, options: Options) -> list[Plan | None]:
+    """Only with ``hazard_probe``: batch sizes equal to the sample's own dim sizes."""
+    if not options.hazard_probe:
+        return []
+    return list(hazard_plans(layout, layout.sizes))
+
+
+register(
+    CheckSpec(
+        "vmap",
+        lambda ctx: run_vmap_plan(ctx, "vmap"),
+        _single,
+        needs_vmap_or_fallback,
+        "vmap",
+        "loop over slices",
+        "vmap(f, in_dims, out_dims) for every plan",
+    )
+)
+register(
+    CheckSpec(
+        "vmap_nested",
+        lambda ctx: run_vmap_plan(ctx, "vmap_nested"),
+        _nested,
+        needs_vmap_or_fallback,
+        "vmap",
+        "nested loop over slices",
+        "vmap(vmap(f)) with a different batch size and in_dims per level",
+    )
+)
+register(
+    CheckSpec(
+        "vmap_chunked",
+        lambda ctx: run_vmap_plan(ctx, "vmap_chunked"),
+        _chunked,
+        needs_vmap_or_fallback,
+        "vmap",
+        "loop over slices",
+        "vmap(f, chunk_size=k): the rule sees batches smaller than the whole",
+    )
+)
+register(
+    CheckSpec(
+        "vmap_hazard",
+        lambda ctx: run_vmap_plan(ctx, "vmap_hazard"),
+        _hazard,
+        needs_vmap_or_fallback,
+        "vmap",
+        "loop over slices",
+        "opt-in (--hazard-probe): vmap with the batch size equal to a sample dim size, interior "
+        "and last batch dims, against the loop: catches rules that find the batch by its size",
+    )
+)

@@ -1,0 +1,5 @@
+"""``python -m harness.cli``: the ``afdb`` command."""
+
+from harness.cli.main import entry
+
+entry()

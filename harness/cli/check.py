@@ -1,0 +1,400 @@
+"""``afdb check TARGET`` (the CI gate for one user Function) and ``afdb repro CASE_ID``.
+
+``afdb check`` runs every case in a worker process by default (``--no-isolate``
+runs them in this process): a Function that segfaults or calls ``os._exit``
+then gets ``crash`` and the run goes on, instead of taking the command down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import shlex
+import sys
+from collections import Counter
+from typing import Any
+
+from harness.cli.main import (
+    CliError,
+    add_common_options,
+    check_output_paths,
+    execute,
+    options_from_args,
+    worker_count,
+)
+from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
+from harness.core.results import STATUSES, RunResult
+from harness.core.textsafe import visible
+
+
+def _add_target_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--samples",
+        metavar="SAMPLES",
+        help="module:attr or path/file.py:attr of a callable returning argument tuples or "
+        "Sample objects (default: the target's `samples` attribute)",
+    )
+    p.add_argument(
+        "--inplace-arg",
+        dest="inplace_args",
+        type=int,
+        action="append",
+        metavar="N",
+        help="argument N is modified in place (mark_dirty); repeatable",
+    )
+    p.add_argument(
+        "--nondiff-output",
+        dest="nondiff_outputs",
+        type=int,
+        action="append",
+        metavar="N",
+        help="output N is not differentiable (mark_non_differentiable); repeatable",
+    )
+    p.add_argument(
+        "--randomness", action="store_true", help="the Function uses randomness (vmap randomness)"
+    )
+    p.add_argument(
+        "--gradient",
+        choices=("derivative", "custom"),
+        default="derivative",
+        help="custom: backward is deliberately not the derivative (straight-through, clipping)",
+    )
+    p.add_argument(
+        "--no-double-backward",
+        action="store_true",
+        help="backward is not differentiable (skip second-order checks)",
+    )
+    p.add_argument("--name", help="entry name in case ids (default: the class name)")
+    p.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="tracebacks for errors"
+    )
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "check",
+        help="check one user Function (the CI gate)",
+        description="Check one torch.autograd.Function under the torch.func transforms. "
+        "Exit 0: conforms; 1: does not; 2: bad usage or a target that cannot be loaded.",
+    )
+    p.add_argument(
+        "target", metavar="TARGET", help="module:attr or path/file.py:attr of the Function"
+    )
+    _add_target_options(p)
+    add_common_options(p)
+    p.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="run the cases in this process (faster start; a crashing Function kills the run)",
+    )
+    p.add_argument(
+        "--accept",
+        action="store_true",
+        help="rewrite --expectations FILE from this run (new failures get a reason placeholder)",
+    )
+    # A user's samples keep their own dtypes unless --dtype is given.
+    p.set_defaults(func=cmd_check, isolate=True, dtype=None)
+    for action in p._actions:
+        if action.dest == "dtype":
+            action.help = f"cast floating samples to one of {', '.join(DTYPES)} (default: keep "
+            action.help += "the samples' own dtypes)"
+
+    r = sub.add_parser(
+        "repro",
+        help="write a standalone script that reproduces one case",
+        description="Write a Python script that imports only torch and the Function's module, "
+        "rebuilds the case's exact inputs, runs the transform and the reference and prints the "
+        "mismatch.",
+    )
+    r.add_argument("case_id", metavar="CASE_ID")
+    r.add_argument(
+        "target", nargs="?", metavar="TARGET", help="the user Function (as for afdb check)"
+    )
+    r.add_argument("--target", dest="target_opt", help=argparse.SUPPRESS)
+    r.add_argument("--report", help="take TARGET, seed, dtype and batch sizes from a JSON report")
+    _add_target_options(r)
+    r.add_argument("--seed", type=int, default=None)
+    r.add_argument(
+        "--dtype",
+        default=None,
+        help=f"one of {', '.join(DTYPES)}, or {SAMPLE_DTYPES} (the samples' own dtypes)",
+    )
+    r.add_argument("--device", default=None)
+    r.add_argument("--batch-size")
+    r.add_argument("--nested-batch-sizes")
+    r.add_argument("--plan-cap", type=int, default=None)
+    r.add_argument(
+        "-o", "--output", help="where to write the script (default: repro_<case>.py; - for stdout)"
+    )
+    r.set_defaults(func=cmd_repro)
+
+
+# --- building the target ------------------------------------------------------------------
+
+
+def spec_from_args(args: argparse.Namespace, target: str) -> Any:
+    from harness.targets import TargetSpec
+
+    caps: dict[str, Any] = {}
+    if args.inplace_args:
+        caps["inplace_args"] = tuple(args.inplace_args)
+    if args.nondiff_outputs:
+        caps["nondiff_outputs"] = tuple(args.nondiff_outputs)
+    if args.randomness:
+        caps["randomness"] = True
+    if args.no_double_backward:
+        caps["double_backward"] = False
+    return TargetSpec(
+        target,
+        args.samples,
+        gradient=args.gradient,
+        capabilities=caps,
+        name=args.name,
+        batch_size=getattr(args, "batch_size", None) or None,
+        nested_batch_sizes=getattr(args, "nested_batch_sizes", None) or None,
+        base_dir=os.getcwd(),
+    )
+
+
+def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
+    """The entry and options for a user target: samples validated, batch sizes chosen."""
+    from harness.entries import base_samples, choose_batch_sizes, slice_notes
+
+    entry = spec.make_entry()
+    base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
+    options = choose_batch_sizes(
+        entry,
+        options,
+        fixed_single=bool(spec.batch_size),
+        fixed_nested=bool(spec.nested_batch_sizes),
+    )
+    note = slice_notes(entry, base_samples(entry, options))
+    return entry, (options.replace(slice_note=note) if note else options)
+
+
+def describe_function(entry: Any) -> str:
+    return ", ".join(entry.caps.describe())
+
+
+# --- afdb check -------------------------------------------------------------------------
+
+
+def print_check_summary(result: RunResult) -> None:
+    """Per-check status counts, then every non-conforming case with its message and repro."""
+    per: dict[str, Counter[str]] = {}
+    for c in result.cases:
+        per.setdefault(c.check, Counter())[c.status] += 1
+    reasons: dict[str, str] = {}
+    for c in result.cases:
+        if c.status == "unsupported" and c.check not in reasons:
+            reasons[c.check] = c.message
+    print("")
+    for check, counts in per.items():
+        cells = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
+        bad = any(counts[s] for s in ("internal", "fail", "error", "xpass", "timeout", "crash"))
+        mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
+        line = f"  {mark} {check:<14} {cells}"
+        if check in reasons and set(counts) == {"unsupported"}:
+            line += f" ({visible(reasons[check][:100], keep_newlines=False)})"
+        print(line)
+    from harness.reports.grouping import failure_groups, terminal_lines
+
+    groups = failure_groups(result.cases)
+    if groups:
+        print("")
+    for line in terminal_lines(groups, limit=30):
+        print(line)
+    unmatched = result.metadata.get("unmatched_expectations") or []
+    for u in unmatched:
+        print(f"  note: expectation {visible(repr(u))} matches no case")
+    print(f"{result.verdict}: {result.summary_line()}")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from harness.engine.isolation import DEFAULT_TIMEOUT_S
+
+    options = options_from_args(args)
+    if options.timeout_s is None:
+        options = options.replace(timeout_s=DEFAULT_TIMEOUT_S)
+    check_output_paths(args)
+    if args.accept and not args.expectations:
+        raise CliError("--accept needs --expectations FILE (the file to write)")
+    spec = spec_from_args(args, args.target)
+    entry, options = prepared(spec, options)
+    if not args.quiet:
+        name = visible(f"{spec.target}: {entry.name}", keep_newlines=False)
+        print(f"afdb check {name} ({describe_function(entry)})")
+        if options.batch_size_note:
+            print(f"batch sizes: {options.batch_size_note}")
+        if options.slice_note:
+            print(f"slices: {options.slice_note}")
+        n = worker_count(args)
+        mode = (
+            f"in {n} worker processes"
+            if n > 1
+            else ("in a worker process" if n == 1 else "in this process")
+        )
+        print(f"running the cases {mode}, timeout {options.timeout_s:g} s per case")
+    accept_path = None
+    if args.accept:
+        accept_path = args.expectations
+        args.expectations = _skips_only(accept_path)
+    try:
+        result = execute(
+            [entry], options, args, source="user", target=spec, summary=print_check_summary
+        )
+    finally:
+        if accept_path is not None and args.expectations:
+            os.unlink(args.expectations)
+    if accept_path is not None:
+        from harness import expectations as ex
+
+        _, changes = ex.accept(accept_path, result.cases)
+        for line in changes:
+            print(f"accept: {line}")
+        if not changes:
+            print(f"accept: {accept_path} already matches this run")
+        needs = sum("write its reason" in c for c in changes)
+        if needs:
+            print(f"accept: {needs} new expectation(s) need a reason before the file validates")
+            return 1
+        return 0
+    if getattr(args, "write_failures", None):
+        return 2  # the summary was printed; a report the user asked for is missing
+    if result.metadata.get("interrupted"):
+        return 130
+    return result.exit_status
+
+
+def _skips_only(path: str) -> str | None:
+    """A temporary expectations file with the skips of ``path`` (skipped cases must not run)."""
+    import tempfile
+
+    from harness import expectations as ex
+
+    previous = ex.load_previous(path)
+    skips = [
+        ex.Expectation(e.id, e.status, e.reason if e.reason != ex.PLACEHOLDER else "kept")
+        for e in (previous.items if previous else ())
+        if e.status == "skip"
+    ]
+    if not skips:
+        return None
+    fd, tmp = tempfile.mkstemp(suffix=".json", prefix="afdb-skips-")
+    with os.fdopen(fd, "w") as f:
+        f.write(ex.Expectations(tuple(skips)).to_json())
+    return tmp
+
+
+# --- afdb repro -------------------------------------------------------------------------
+
+
+def _report_settings(path: str) -> dict[str, Any]:
+    from harness.cli.repro_settings import report_settings
+
+    return report_settings(path)
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from harness.core.errors import UsageError
+    from harness.engine.cases import find_case
+    from harness.targets import TargetSpec
+
+    target_text = args.target or args.target_opt
+    md: dict[str, Any] = _report_settings(args.report) if args.report else {}
+    options = Options(
+        seed=md.get("seed", 0),
+        dtype=parse_dtype(md.get("dtype", "float32")),
+        device=md.get("device", "cpu"),
+    )
+    if md.get("plan_cap"):
+        options = options.replace(plan_cap=int(md["plan_cap"]))
+    if args.seed is not None:
+        options = options.replace(seed=args.seed)
+    if args.dtype is not None:
+        if args.dtype not in DTYPES and args.dtype != SAMPLE_DTYPES:
+            raise CliError(
+                f"unknown dtype {args.dtype!r}; use one of {', '.join(DTYPES)} or "
+                f"{SAMPLE_DTYPES} (the samples' own)"
+            )
+        options = options.replace(dtype=parse_dtype(args.dtype))
+    if args.device:
+        options = options.replace(device=args.device)
+    if args.plan_cap:
+        options = options.replace(plan_cap=args.plan_cap)
+    if ",hazard=" in args.case_id:  # a hazard-probe case exists only with the probe on
+        options = options.replace(hazard_probe=True)
+    from harness.cli.main import parse_int_list
+
+    if args.batch_size:
+        options = options.replace(batch_sizes=parse_int_list(args.batch_size, "--batch-size"))
+    if args.nested_batch_sizes:
+        options = options.replace(
+            nested_batch_sizes=parse_int_list(args.nested_batch_sizes, "--nested-batch-sizes")
+        )
+    spec = None
+    if target_text:
+        spec = spec_from_args(args, target_text)
+    elif md.get("target_spec"):
+        spec = TargetSpec.from_dict(md["target_spec"])
+    if spec is not None:
+        if args.report and not target_text:
+            options = options.replace(
+                batch_sizes=tuple(md.get("batch_sizes", options.batch_sizes)),
+                nested_batch_sizes=tuple(md.get("nested_batch_sizes", options.nested_batch_sizes)),
+                chunk=tuple(md.get("chunk", options.chunk)),  # type: ignore[arg-type]
+            )
+            entry = spec.make_entry()
+        else:
+            entry, options = prepared(spec, options)
+    else:
+        from harness.sources import load_source
+
+        if md:
+            options = options.replace(
+                batch_sizes=tuple(md.get("batch_sizes", options.batch_sizes)),
+                nested_batch_sizes=tuple(md.get("nested_batch_sizes", options.nested_batch_sizes)),
+            )
+        name = args.case_id.split("/", 1)[0]
+        entries = {e.name: e for e in load_source(md.get("source") or "afdb")}
+        if name not in entries:
+            raise CliError(
+                f"{args.case_id}: no database entry {name!r}; for your own Function pass "
+                "TARGET (and --samples) as for afdb check, or --report FILE"
+            )
+        entry = entries[name]
+    try:
+        _, case = find_case(entry, options, args.case_id)
+    except KeyError:
+        from harness.engine.cases import EntryData, enumerate_cases
+
+        ids = [c.id for c in enumerate_cases(EntryData(entry, options))]
+        close = difflib.get_close_matches(args.case_id, ids, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}" if close else ""
+        raise CliError(
+            f"no case {args.case_id!r} for {entry.name} with seed {options.seed}, batch sizes "
+            f"{list(options.batch_sizes)}{hint}? (ids come from the report or `afdb check` output)"
+        ) from None
+    if case.unsupported:
+        raise UsageError(f"{case.id} is unsupported ({case.unsupported}): nothing to reproduce")
+    from harness.repro.script import generate
+
+    command = "afdb " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
+    script = generate(entry, options, case, target=spec, command=command)
+    if args.output == "-":
+        sys.stdout.write(script)
+        return 0
+    out = args.output or "repro_" + re.sub(r"[^A-Za-z0-9]+", "_", case.id).strip("_")[:80] + ".py"
+    from harness.reports.report import write_atomic
+
+    try:  # through a symlink to its target; a device or FIFO is refused, not replaced
+        write_atomic(out, script)
+    except UsageError as e:
+        raise CliError(f"-o {e}") from None
+    except OSError as e:
+        raise CliError(f"-o {out}: cannot write the script ({e.strerror})") from None
+    print(f"wrote {out}; run it with: python {out}")
+    return 0

@@ -1,0 +1,127 @@
+"""``afdb report`` (render an existing JSON report) and ``afdb diff`` (regression diff).
+
+Both read reports through ``harness.core.schema``: a file that is not a valid
+``afdb-report/1`` report is refused with the path of the offending field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "report",
+        help="render an existing JSON report as HTML, Markdown or JUnit XML",
+        description="Validate a JSON report and render it. Without an output option, print the "
+        "Markdown to stdout. Exit status 0 once rendered, whatever the report's verdict.",
+    )
+    p.add_argument("report", metavar="REPORT.json")
+    p.add_argument("--html", help="write the HTML report here")
+    p.add_argument("--markdown", help="write the Markdown report here ('-' for stdout)")
+    p.add_argument("--junit", help="write JUnit XML here")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "diff",
+        help="regression report between two JSON reports (exit 1 when anything regressed)",
+        description="Compare two reports case by case: regressed, fixed, newly unsupported, "
+        "changed failure messages, added and removed cases, grouped by entry and check. "
+        "Exit status 1 when a case regressed (pass -> fail/error/crash/timeout), else 0.",
+    )
+    p.add_argument("old", metavar="OLD.json")
+    p.add_argument("new", metavar="NEW.json")
+    p.add_argument("--markdown", help="write the diff as Markdown here ('-' for stdout)")
+    p.add_argument("--json", help="write the diff as JSON here")
+    p.add_argument("--title", help="heading of the Markdown diff")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
+    p.set_defaults(func=cmd_diff)
+
+
+def _check_writable(args: argparse.Namespace, flags: tuple[str, ...]) -> None:
+    from harness.cli.main import check_output_paths
+
+    ns = argparse.Namespace(**{f: getattr(args, f, None) for f in flags})
+    if getattr(ns, "markdown", None) == "-":
+        ns.markdown = None
+    check_output_paths(ns)
+
+
+def _emit(text: str, path: str) -> None:
+    from harness.reports.report import write_atomic
+
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        write_atomic(path, text)
+
+
+def _attempt(failed: list[str], flag: str, path: str, write: Any) -> None:
+    """Run one write; an I/O error becomes a line in ``failed`` (printed last, exit 2)."""
+    from harness.core.errors import UsageError
+
+    try:
+        write()
+    except OSError as e:
+        failed.append(f"--{flag} {path}: could not write it ({e.strerror or e})")
+    except UsageError as e:
+        failed.append(f"--{flag} {e}")
+
+
+def _report_failures(command: str, failed: list[str]) -> int:
+    for line in failed:
+        print(f"afdb {command}: error: {line}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.core.schema import load_report
+    from harness.reports import html as html_report
+    from harness.reports import junit, report
+
+    result = load_report(args.report)
+    _check_writable(args, ("html", "markdown", "junit"))
+    if not (args.html or args.markdown or args.junit):
+        args.markdown = "-"
+    failed: list[str] = []
+    if args.markdown:
+        _attempt(
+            failed,
+            "markdown",
+            args.markdown,
+            lambda: _emit(report.to_markdown(result), args.markdown),
+        )
+    if args.html:
+        _attempt(failed, "html", args.html, lambda: html_report.write_html(result, args.html))
+    if args.junit:
+        _attempt(failed, "junit", args.junit, lambda: junit.write_junit(result, args.junit))
+    return _report_failures("report", failed)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from harness.core.schema import read_json
+    from harness.reports import diff
+
+    d = diff.diff_reports(read_json(args.old), read_json(args.new), args.old, args.new)
+    _check_writable(args, ("markdown", "json"))
+    for w in d.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    failed: list[str] = []
+    if args.markdown:
+        _attempt(
+            failed,
+            "markdown",
+            args.markdown,
+            lambda: _emit(diff.to_markdown(d, title=args.title), args.markdown),
+        )
+    if args.json:
+        _attempt(failed, "json", args.json, lambda: _emit(diff.to_json(d), args.json))
+    if args.quiet:
+        print(f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}")
+    elif args.markdown != "-":
+        sys.stdout.write(diff.to_text(d))
+    if failed:  # after the summary: the user sees the verdict, then what is missing
+        return _report_failures("diff", failed)
+    return 1 if d.has_regressions else 0

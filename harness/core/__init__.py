@@ -1,0 +1,10 @@
+"""The core: what every layer shares and nothing in it depends on a layer above.
+
+Owns: the errors every layer raises (``errors``), run options (``options``), case and run
+results and their JSON form (``results``), text from a Function made safe to keep
+(``textsafe``), portable source locations (``locations``), safe reading of input files and
+choice of write targets (``safe_io``), schema validation of every file the suite reads back
+(``schema``), and where the suite's own files live (``paths``).
+
+May import: torch, the standard library, ``jsonschema``; nothing else of ``harness``.
+"""

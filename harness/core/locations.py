@@ -1,0 +1,116 @@
+"""Source locations in messages, written so that a report means the same on every machine.
+
+A location is ``file:line in function``. The file is never an absolute path of the machine
+that ran the case: it is written relative to where it lives, so two runs of the same code
+in two virtual environments at different paths give the same text (``afdb diff`` of their
+reports says "no change"):
+
+* torch's files from torch's parent folder: ``torch/_functorch/vmap.py``;
+* the suite's own from its parent: ``harness/checks/vmap.py``;
+* other installed packages from their ``site-packages`` folder:
+  ``site-packages/roma/mappings.py``;
+* the standard library from its folder: ``stdlib/contextlib.py``;
+* anything under the working directory relative to it: ``examples/rotations.py``;
+* anything else as its last two parts: ``.../project/model.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sysconfig
+import traceback
+from types import TracebackType
+
+from harness.core.paths import PACKAGE_DIR
+
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"])
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_root() -> str:
+    import torch
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def relative_file(filename: str) -> str:
+    """``filename`` as it reads on every machine (see the module docstring)."""
+    if not filename or filename.startswith("<"):
+        return filename  # <string>, <frozen importlib._bootstrap>: already portable
+    path = os.path.abspath(filename)
+    parts = path.split(os.sep)
+    torch_root = _torch_root()
+    if _under(path, os.path.join(torch_root, "torch")):
+        return os.path.relpath(path, torch_root).replace(os.sep, "/")
+    if _under(path, str(PACKAGE_DIR)):
+        return os.path.relpath(path, PACKAGE_DIR.parent).replace(os.sep, "/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            i = len(parts) - 1 - parts[::-1].index(marker)
+            return "/".join(["site-packages", *parts[i + 1 :]])
+    if _under(path, _STDLIB):
+        return "stdlib/" + os.path.relpath(path, _STDLIB).replace(os.sep, "/")
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = ""
+    if cwd and _under(path, cwd):
+        return os.path.relpath(path, cwd).replace(os.sep, "/")
+    return ".../" + "/".join(parts[-2:])
+
+
+def location(filename: str, lineno: int | str | None, name: str = "") -> str:
+    where = f"{relative_file(filename)}:{lineno}"
+    return f"{where} in {name}" if name else where
+
+
+_INTERNAL = ("/torch/", "/harness/", "/contextlib.py", "/functools.py", "\\torch\\", "\\harness\\")
+
+
+def user_frame(tb: TracebackType | None) -> str:
+    """The innermost frame outside torch and the harness: where the user's code raised."""
+    frames = traceback.extract_tb(tb)
+    for fr in reversed(frames):
+        if not any(part in fr.filename for part in _INTERNAL):
+            return location(fr.filename, fr.lineno, fr.name)
+    if frames:
+        fr = frames[-1]
+        return location(fr.filename, fr.lineno, fr.name)
+    return ""
+
+
+def describe_exception(exc: BaseException, limit: int = 2000) -> str:
+    """``Type: message (at file:line in fn)``; an exception whose ``__str__`` raises still gets one.
+
+    A ``__str__`` that hangs is ended by the case's time limit around the caller.
+    """
+    from harness.core.textsafe import safe_str
+
+    text = safe_str(exc).strip().splitlines()
+    first = " ".join(line.strip() for line in text[:3]) if text else ""
+    message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    if len(message) > limit:
+        message = message[:limit] + f"... [{len(message) - limit} characters truncated]"
+    where = user_frame(exc.__traceback__)
+    return f"{message} (at {where})" if where else message
+
+
+_DUMP_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def user_frame_from_dump(dump: str) -> str:
+    """The innermost user frame in a faulthandler dump (most recent call first), else ''."""
+    for m in _DUMP_FRAME.finditer(dump):
+        if _under(os.path.abspath(m["file"]), _STDLIB) and "site-packages" not in m["file"]:
+            continue
+        if not any(part in m["file"] for part in _INTERNAL) and not any(
+            p in m["file"] for p in ("/_pytest/", "/pluggy/", "/xdist/", "/execnet/")
+        ):
+            return location(m["file"], m["line"], m["name"])
+    return ""

@@ -1,0 +1,103 @@
+"""Whose exception is it: the Function's (``error``) or the suite's own (``internal``)?
+
+An exception is classified by where it was raised, read from its traceback:
+
+* the innermost frame that is neither torch's nor the standard library's is the
+  Function's code (its module, a library it calls, its samples): the Function's, ``error``;
+* that frame is the suite's (``harness/``) and it is also the innermost frame of all (the
+  suite raised, or a builtin it called did, such as ``bool(tensor)``): ``internal``;
+* that frame is the suite's but torch raised below it (inside ``torch.func``, autograd,
+  ``Function.apply``): torch refused what the Function did after it returned (a wrong
+  out_dims structure, a gradient of the wrong shape), so it is the Function's, ``error``.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import traceback
+from dataclasses import dataclass
+from types import TracebackType
+
+import torch
+
+from harness.core.paths import PACKAGE_DIR
+
+_HARNESS_DIR = str(PACKAGE_DIR)
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_STDLIB_DIRS = tuple(
+    os.path.abspath(p)
+    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def is_torch(filename: str) -> bool:
+    return _under(os.path.abspath(filename), _TORCH_DIR)
+
+
+def is_stdlib(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    return any(_under(path, d) for d in _STDLIB_DIRS) or filename.startswith("<frozen ")
+
+
+def is_harness(filename: str) -> bool:
+    return _under(os.path.abspath(filename), _HARNESS_DIR)
+
+
+@dataclass(frozen=True)
+class Blame:
+    internal: bool
+    #: ``harness/checks/compare.py:112`` for an internal error, else "".
+    where: str = ""
+
+
+def classify(exc: BaseException) -> Blame:
+    """``internal`` when the suite's own code raised (see the module docstring)."""
+    frames = _frames(exc.__traceback__)
+    if not frames:
+        return Blame(False)
+    innermost = frames[-1]
+    for fr in reversed(frames):
+        if is_torch(fr.filename) or is_stdlib(fr.filename):
+            continue
+        if not is_harness(fr.filename):
+            return Blame(False)
+        if fr is innermost:
+            rel = os.path.relpath(fr.filename, os.path.dirname(_HARNESS_DIR))
+            return Blame(True, f"{rel.replace(os.sep, '/')}:{fr.lineno}")
+        return Blame(False)
+    return Blame(False)
+
+
+def _frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
+    return list(traceback.extract_tb(tb))
+
+
+def internal_message(where: str, description: str) -> str:
+    return f"internal error of the suite at {where} (please report it): {description}"
+
+
+def blamed(exc: BaseException, where: str) -> tuple[str, str]:
+    """(status, message) of a case whose check raised ``exc``: ``internal`` or ``error``."""
+    from harness.core.locations import describe_exception
+
+    blame = classify(exc)
+    if blame.internal:
+        return "internal", internal_message(blame.where, f"{where}: {describe_exception(exc)}")
+    return "error", f"{where}: the Function raised {describe_exception(exc)}"
+
+
+def blamed_reference(exc: BaseException, where: str) -> tuple[str, str]:
+    """(status, message) when a reference raised: its cause may still be the suite's own bug."""
+    cause = exc.__cause__
+    if cause is not None:
+        blame = classify(cause)
+        if blame.internal:
+            return "internal", internal_message(blame.where, f"{where}: {exc}")
+    return "error", f"{where}: {exc}"

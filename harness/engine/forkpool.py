@@ -1,0 +1,372 @@
+"""Worker processes forked from this one after torch and the harness are imported.
+
+Why fork: a fresh interpreter pays the torch import (about 2 s) again in every
+worker, and every pytest-xdist worker enumerates every case and draws every
+sample before it runs its first one. A forked worker inherits the imports, the
+enumerated cases and the drawn samples for free, so ``afdb check`` starts its
+cases within milliseconds and ``afdb run -n 2`` spends its cores on the cases.
+
+Protocol (one pipe each way per worker, text lines):
+
+* controller -> worker: ``"i j\\n"`` run cases ``i .. j-1`` of the shared list;
+  ``"q\\n"`` quit;
+* worker -> controller: ``"S i\\n"`` starting case i, ``"R <json>\\n"`` its result,
+  ``"D\\n"`` the batch is done (send more).
+
+Each worker runs with one intra-op thread (no oversubscription) in a process
+group of its own (a Ctrl-C in the terminal reaches only the controller, which
+stops the workers; whatever a case forked dies with its worker's group). A worker
+that dies mid-case (segfault, ``os._exit``, the native-hang watchdog) makes that
+case ``crash`` or ``timeout``; a fresh worker is forked and the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.core.results import CaseResult
+
+#: Runs case ``i`` in a worker and returns its record (never raises for a Function's fault).
+RunOne = Callable[[int], CaseResult]
+#: The record of case ``i`` whose worker died (``faults``: the fault handler's text).
+OnDeath = Callable[[int, str], CaseResult]
+#: The record of case ``i`` that could not run at all (``why``: one phrase).
+NotRun = Callable[[int, str], CaseResult]
+
+#: Workers that may die in a row without finishing a case before the rest is given up.
+FRUITLESS_LIMIT = 3
+
+
+def watchdog_grace(limit: float) -> float:
+    """Extra seconds past a case's limit before its worker is killed (SIGALRM gets the first go)."""
+    return min(30.0, max(2.0, limit))
+
+
+def available() -> bool:
+    """Forking is safe here: a POSIX fork, and no CUDA context (a forked CUDA context is unusable)."""
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        import torch
+
+        return not torch.cuda.is_initialized()
+    except Exception:
+        return False
+
+
+@dataclass
+class _Worker:
+    pid: int
+    to_worker: int  # write end
+    from_worker: int  # read end
+    faults_path: str
+    buffer: bytes = b""
+    home: int = 0  # the region of cases it works through (see ForkPool._send)
+    batch: list[int] = field(default_factory=list)  # cases sent, not yet reported
+    current: int | None = None
+    started: float = 0.0
+
+
+def _regions(count: int, workers: int) -> list[list[int]]:
+    """Cases ``0 .. count-1`` cut into one contiguous region per worker."""
+    bounds = [count * k // workers for k in range(workers + 1)]
+    return [list(range(bounds[k], bounds[k + 1])) for k in range(workers)]
+
+
+def _take_run(region: list[int], n: int, *, from_back: bool) -> list[int]:
+    """Remove and return up to ``n`` consecutive cases (ascending) from the front or the
+    back of ``region``: one message names a batch by its first and its end."""
+    step = -1 if from_back else 1
+    edge = len(region) - 1 if from_back else 0
+    run = 1
+    while run < n and run < len(region) and region[edge + step * run] == region[edge] + step * run:
+        run += 1
+    if from_back:
+        batch = region[-run:]
+        del region[-run:]
+    else:
+        batch = region[:run]
+        del region[:run]
+    return batch
+
+
+def _batch_size(remaining: int, workers: int) -> int:
+    """Cases per message: big batches early (few round trips), single cases at the end (balance)."""
+    return max(1, min(16, remaining // (4 * workers)))
+
+
+def _worker_main(
+    run_one: RunOne, commands: int, results: int, faults_path: str, watchdog_s: float | None
+) -> None:
+    """The body of a forked worker: run the batches it is sent, report each case."""
+    import faulthandler
+
+    import torch
+
+    os.setpgid(0, 0)
+    from harness.engine.children import become_subreaper
+
+    become_subreaper()  # a case's orphaned grandchildren come back here, to be killed
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch.set_num_threads(1)
+    faults = open(faults_path, "w")  # noqa: SIM115 (the process ends with os._exit)
+    faulthandler.enable(file=faults, all_threads=False)
+    out = os.fdopen(results, "wb")  # buffered: a long line is written whole, flushed per line
+    inp = os.fdopen(commands, "rb")
+
+    def send(line: bytes) -> None:
+        out.write(line)
+        out.flush()
+
+    for line in inp:
+        text = line.decode().strip()
+        if text == "q" or not text:
+            break
+        first, last = (int(v) for v in text.split())
+        for i in range(first, last):
+            send(f"S {i}\n".encode())
+            if watchdog_s:
+                faulthandler.dump_traceback_later(watchdog_s, exit=True, file=faults)
+            record = run_one(i)
+            if watchdog_s:
+                faulthandler.cancel_dump_traceback_later()
+            send(b"R " + json.dumps(record.to_dict()).encode() + b"\n")
+        send(b"D\n")
+
+
+class ForkPool:
+    """Run ``count`` cases in ``workers`` forked processes; results by case index."""
+
+    def __init__(
+        self,
+        count: int,
+        workers: int,
+        run_one: RunOne,
+        on_death: OnDeath,
+        not_run: NotRun,
+        *,
+        watchdog_s: float | None = None,
+        backstop_s: float | None = None,
+    ) -> None:
+        self.count = count
+        self.workers = max(1, min(workers, count))
+        self.run_one = run_one
+        self.on_death = on_death
+        self.not_run = not_run
+        self.fruitless = 0  # workers in a row that died outside any case
+        self.watchdog_s = watchdog_s
+        self.backstop_s = backstop_s  # the controller kills a worker silent past this
+        #: Cases not yet sent: one contiguous region per worker (see ``_send``).
+        self.regions = _regions(count, self.workers)
+        self.done: dict[int, CaseResult] = {}
+        self.live: dict[int, _Worker] = {}  # by read fd
+        self.folder = tempfile.mkdtemp(prefix="afdb-run-")
+        self.selector = selectors.DefaultSelector()
+
+    # --- workers ---------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """How many cases are not yet sent."""
+        return sum(len(r) for r in self.regions)
+
+    def _fullest(self) -> int:
+        return max(range(len(self.regions)), key=lambda k: len(self.regions[k]))
+
+    def _spawn(self, home: int | None = None) -> _Worker:
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        faults_path = os.path.join(
+            self.folder, f"faults-{len(self.done)}-{time.monotonic_ns()}.txt"
+        )
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns into the controller's code
+            code = 0
+            try:
+                os.close(cmd_w)
+                os.close(res_r)
+                for w in self.live.values():
+                    os.close(w.to_worker)
+                    os.close(w.from_worker)
+                _worker_main(self.run_one, cmd_r, res_w, faults_path, self.watchdog_s)
+            except BaseException:
+                code = 70
+            finally:
+                os._exit(code)
+        os.close(cmd_r)
+        os.close(res_w)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # also done by the worker; whichever runs first
+        worker = _Worker(
+            pid, cmd_w, res_r, faults_path, home=self._fullest() if home is None else home
+        )
+        self.live[res_r] = worker
+        self.selector.register(res_r, selectors.EVENT_READ, worker)
+        return worker
+
+    def _send(self, worker: _Worker) -> bool:
+        """Give ``worker`` its next batch (consecutive cases); False when nothing is left.
+
+        A worker works through its own region from the front, so it stays with few
+        entries and their samples, slices and references, which it draws once (two
+        workers taking turns through one list both drew nearly every entry's). Once
+        its region is done it takes from the back of the fullest one, whose owner
+        goes on at the front.
+        """
+        remaining = self.pending
+        if not remaining:
+            return False
+        n = _batch_size(remaining, self.workers)
+        own = self.regions[worker.home]
+        if own:
+            worker.batch = _take_run(own, n, from_back=False)
+        else:
+            worker.batch = _take_run(self.regions[self._fullest()], n, from_back=True)
+        first, end = worker.batch[0], worker.batch[-1] + 1
+        with contextlib.suppress(OSError):  # a dead worker: its end of file says so next
+            os.write(worker.to_worker, f"{first} {end}\n".encode())
+        return True
+
+    def _retire(self, worker: _Worker, *, kill: bool) -> None:
+        self.selector.unregister(worker.from_worker)
+        del self.live[worker.from_worker]
+        if kill:
+            with contextlib.suppress(OSError):
+                os.killpg(worker.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(worker.pid, signal.SIGKILL)
+        else:
+            with contextlib.suppress(OSError):
+                os.write(worker.to_worker, b"q\n")
+        for fd in (worker.to_worker, worker.from_worker):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(worker.pid, 0)
+        if kill:  # whatever the cases forked and left in the worker's group
+            with contextlib.suppress(OSError):
+                os.killpg(worker.pid, signal.SIGKILL)
+
+    def _died(self, worker: _Worker, faults: str = "") -> None:
+        """``worker`` ended mid-batch: its current case gets a record, the rest go back."""
+        self._retire(worker, kill=True)
+        if not faults:
+            with contextlib.suppress(OSError), open(worker.faults_path, errors="replace") as f:
+                faults = f.read()
+        rest = [i for i in worker.batch if i not in self.done]
+        if worker.current is not None and worker.current not in self.done:
+            self.done[worker.current] = self.on_death(worker.current, faults)
+            rest = [i for i in rest if i != worker.current]
+            self.fruitless = 0
+        else:
+            self.fruitless += 1
+        self.regions[worker.home][:0] = rest
+        if self.fruitless >= FRUITLESS_LIMIT:  # workers die before any case: give up, say why
+            why = f"not run: {self.fruitless} worker processes in a row died between cases"
+            for region in self.regions:
+                for i in region:
+                    self.done[i] = self.not_run(i, why)
+                region.clear()
+
+    def _handle(self, worker: _Worker, line: bytes) -> None:
+        if line.startswith(b"S "):
+            worker.current = int(line[2:])
+            worker.started = time.monotonic()
+        elif line.startswith(b"R "):
+            record = CaseResult.from_dict(json.loads(line[2:]))
+            assert worker.current is not None
+            self.done[worker.current] = record
+            worker.current = None
+            self.fruitless = 0
+        elif line == b"D" and not self._send(worker):
+            self._retire(worker, kill=False)
+
+    # --- the run -----------------------------------------------------------------------
+
+    def run(self) -> dict[int, CaseResult]:
+        """Every case's record by index. On KeyboardInterrupt the workers are stopped and the
+        records finished so far stay in ``self.done``; the interrupt is raised again."""
+        try:
+            for home in range(self.workers):
+                if self.regions[home]:
+                    self._send(self._spawn(home))
+            while self.live:
+                for key, _ in self.selector.select(timeout=1.0):
+                    worker: _Worker = key.data
+                    try:
+                        chunk = os.read(worker.from_worker, 1 << 16)
+                    except OSError:
+                        chunk = b""
+                    if not chunk:
+                        self._died(worker)
+                        if self.pending:
+                            self._send(self._spawn(worker.home))
+                        continue
+                    worker.buffer += chunk
+                    while b"\n" in worker.buffer and worker.from_worker in self.live:
+                        line, _, worker.buffer = worker.buffer.partition(b"\n")
+                        self._handle(worker, line)
+                self._enforce_backstop()
+                if not self.live and self.pending:
+                    self._send(self._spawn())
+            return self.done
+        finally:
+            for worker in list(self.live.values()):
+                self._retire(worker, kill=True)
+            self.selector.close()
+            import shutil
+
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _enforce_backstop(self) -> None:
+        if not self.backstop_s:
+            return
+        now = time.monotonic()
+        for worker in list(self.live.values()):
+            if worker.current is not None and now - worker.started > self.backstop_s:
+                self._died(worker, faults="Timeout (controller backstop)")
+                if self.pending:
+                    self._send(self._spawn(worker.home))
+
+
+def run_forked(
+    count: int,
+    workers: int,
+    run_one: RunOne,
+    on_death: OnDeath,
+    not_run: NotRun,
+    *,
+    watchdog_s: float | None = None,
+    collect: dict[int, CaseResult] | None = None,
+) -> dict[int, CaseResult]:
+    """Run cases ``0 .. count-1`` in forked workers (see the module docstring)."""
+    pool = ForkPool(
+        count,
+        workers,
+        run_one,
+        on_death,
+        not_run,
+        watchdog_s=watchdog_s,
+        backstop_s=(watchdog_s + 30.0) if watchdog_s else None,
+    )
+    try:
+        return pool.run()
+    finally:
+        if collect is not None:
+            collect.update(pool.done)
+
+
+__all__ = ["ForkPool", "available", "run_forked"]

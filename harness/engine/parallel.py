@@ -1,0 +1,485 @@
+"""Running cases in worker processes, through pytest-xdist, so no Function can take the run down.
+
+``run_parallel`` writes a JSON config and a two-line test module into a
+temporary folder and runs ``python -m pytest -n N`` on it in a subprocess. Each
+case is one pytest item (see ``harness.pytest_plugin.config_tests``); a worker
+appends each case's result to its own JSON-lines file. When a Function kills
+its worker (a segfault, ``os._exit``), xdist restarts the worker and calls the
+plugin's ``pytest_handlecrashitem`` hook in the controller, which notes the
+item; the case becomes ``crash`` (with the fault handler's stack when there is
+one) and the run goes on with the next case. A hang in native code that the
+per-case SIGALRM limit cannot interrupt is ended by a faulthandler watchdog in
+the worker and reported as ``timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from harness.core.errors import UsageError
+from harness.core.options import Options
+from harness.core.paths import SUITE_ROOT
+from harness.core.results import CRASH, ERROR, TIMEOUT, CaseResult
+
+_NODE_PARAM = re.compile(r"\[(.*)\]$")
+
+#: The controller's hook, as a conftest so the controller never imports torch (the
+#: workers import the harness through the generated test module).
+CONFTEST = '''import json
+import os
+
+import pytest
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """A worker died running ``crashitem``: note it for harness.engine.parallel."""
+    with open(os.path.join(os.environ["AFDB_RESULTS_DIR"], "crashed.jsonl"), "a") as f:
+        f.write(json.dumps({"nodeid": crashitem}) + "\\n")
+'''
+
+
+def _absolute_target(target: Any) -> dict[str, Any] | None:
+    """The target spec with file paths made absolute (workers may start elsewhere)."""
+    if target is None or not hasattr(target, "to_dict"):
+        return None
+    d = target.to_dict()
+    for key in ("target", "samples"):
+        spec = d.get(key)
+        if spec and ":" in spec:
+            module, _, attr = spec.rpartition(":")
+            if module.endswith(".py") or os.sep in module or "/" in module:
+                d[key] = f"{os.path.abspath(module)}:{attr}"
+    return d
+
+
+def pytest_command(workers: str, test_file: str, folder: str, max_restarts: int) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", test_file, "-n", str(workers)]
+    cmd += ["-p", "xdist.plugin"]
+    cmd += ["-c", os.path.join(folder, "pytest.ini"), "--rootdir", folder]
+    cmd += ["-p", "no:cacheprovider", "-q", "--tb=line", "--no-header"]
+    cmd += [f"--max-worker-restart={max_restarts}"]
+    return cmd
+
+
+def worker_faults(case: Any, folder: str) -> str:
+    """The fault handler's text of the xdist worker that was running ``case``, else ''."""
+    for name in os.listdir(folder):
+        if name.startswith("running-"):
+            with open(os.path.join(folder, name)) as f:
+                if f.read() == case.id:
+                    pid = name[len("running-") : -len(".txt")]
+                    path = os.path.join(folder, f"faults-{pid}.txt")
+                    if os.path.exists(path):
+                        with open(path, errors="replace") as g:
+                            return g.read()
+    return ""
+
+
+def death_record(case: Any, faults: str, options: Options) -> CaseResult:
+    """A ``crash`` (or watchdog ``timeout``) record for a case whose worker died."""
+    from harness.core.locations import user_frame_from_dump
+    from harness.engine.cases import case_record, options_dtype
+    from harness.engine.isolation import DEFAULT_TIMEOUT_S
+
+    status = CRASH
+    frame = user_frame_from_dump(faults)
+    where = f" (at {frame})" if frame else ""
+    if "Timeout (" in faults:
+        status = TIMEOUT
+        limit = options.timeout_s or DEFAULT_TIMEOUT_S
+        message = (
+            f"the case ran past its {limit:g} s limit without returning to Python (a hang in "
+            f"native code, or signals blocked); its worker was killed{where}"
+        )
+    elif "Fatal Python error" in faults:
+        first = next(
+            (line for line in faults.splitlines() if "Fatal Python error" in line), "a fatal error"
+        )
+        message = f"the Function killed its process: {first.strip()}{where}"
+    else:
+        message = (
+            "the Function killed its process (os._exit, a signal, or an abort in native code "
+            "without a Python stack); the run went on in a fresh worker"
+        )
+    return case_record(case, status, message, dtype=options_dtype(options))
+
+
+def _crash_record(case: Any, folder: str, options: Options) -> CaseResult:
+    return death_record(case, worker_faults(case, folder), options)
+
+
+# --- how many workers -------------------------------------------------------------------
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use (hyper-threads counted once), at least 1.
+
+    pytest-xdist's ``-n auto`` means the physical cores; read them from
+    /proc/cpuinfo (core id per physical id) where it exists, else the usable CPUs.
+    """
+    usable = usable_cpus()
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return usable
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores = count_physical_cores(text, allowed)
+    return max(1, min(cores, usable)) if cores else usable
+
+
+def count_physical_cores(cpuinfo: str, allowed: set[int] | None = None) -> int:
+    """Distinct (physical id, core id) pairs among the ``allowed`` processors of a
+    /proc/cpuinfo text; 0 when it does not say."""
+    cpu_core: dict[int, tuple[str, str]] = {}
+    processor, physical = -1, "0"
+    for line in cpuinfo.splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "processor" and value.isdigit():
+            processor, physical = int(value), "0"
+        elif key == "physical id":
+            physical = value
+        elif key == "core id" and processor >= 0:
+            cpu_core[processor] = (physical, value)
+    return len({core for cpu, core in cpu_core.items() if allowed is None or cpu in allowed})
+
+
+def usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def parse_workers(text: str | None) -> int | None:
+    """``-n`` as pytest-xdist reads it: None (not given), 0 (in this process), N, or auto."""
+    if text is None:
+        return None
+    text = str(text).strip()
+    if text == "auto":
+        return physical_cores()
+    if not text.isdigit():
+        raise UsageError(
+            f"-n must be a number of workers (0: in this process) or auto; got {text!r}"
+        )
+    return int(text)
+
+
+#: Workers beyond this many per usable CPU only compete for the cores (and cost memory).
+WORKERS_PER_CPU = 2
+
+
+def reduce_workers(requested: int, cases: int) -> tuple[int, str]:
+    """The workers to start for ``cases`` cases, and a one-line note when fewer than asked."""
+    cap = WORKERS_PER_CPU * usable_cpus()
+    n = max(1, min(requested, cases, cap))
+    if n == requested:
+        return n, ""
+    if requested > cap and cap <= cases:
+        why = f"{WORKERS_PER_CPU} per usable CPU, {usable_cpus()} here; more would only compete for them"
+    else:
+        why = f"there are only {cases} cases to run"
+    return n, f"-n {requested}: using {n} worker{'s' if n != 1 else ''} ({why})"
+
+
+def _enumerate(
+    entries: Sequence[Any], options: Options
+) -> tuple[dict[str, Any], list[Any], dict[str, CaseResult]]:
+    """Each entry's data, every case in order, and the records of entries whose samples fail."""
+    from harness.engine.cases import EntryData, enumerate_cases, samples_error
+
+    datas: dict[str, Any] = {}
+    expected: list[Any] = []
+    early: dict[str, CaseResult] = {}
+    for entry in entries:
+        data = EntryData(entry, options)
+        try:
+            expected.extend(enumerate_cases(data))
+            datas[entry.name] = data
+        except Exception as e:  # the same record run_entries gives
+            r = samples_error(entry.name, e)
+            early[r.id] = r
+    return datas, expected, early
+
+
+def engine() -> str:
+    """``fork`` (workers forked after the imports) where it is safe, else ``xdist``.
+
+    ``AFDB_WORKER_ENGINE=xdist`` forces fresh pytest-xdist interpreters (the engine
+    for platforms without a safe fork, e.g. once CUDA is initialised).
+    """
+    from harness.engine import forkpool
+
+    wanted = os.environ.get("AFDB_WORKER_ENGINE", "")
+    if wanted == "xdist" or not forkpool.available():
+        return "xdist"
+    return "fork"
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Stop a worker pool started in a session of its own: Ctrl-C first, then kill what is left."""
+    import signal
+
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=10)
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=5)
+
+
+def _run_pool(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run the pytest-xdist pool; on any interruption stop it and its workers, then re-raise."""
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=os.getcwd(),
+        start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool (and its workers)
+    )
+    try:
+        out, _ = proc.communicate()
+    except BaseException:
+        _stop_group(proc)
+        raise
+    return proc.returncode, out or ""
+
+
+def run_parallel(
+    entries: Sequence[Any],
+    options: Options,
+    workers: str | int,
+    *,
+    source: str = "afdb",
+    target: Any = None,
+    progress: Callable[[CaseResult], None] | None = None,
+    expectations: str | None = None,
+    skip: Callable[[Any], CaseResult | None] | None = None,
+    keep: bool = False,
+    collect: list[CaseResult] | None = None,
+    only: set[str] | None = None,
+    note: Callable[[str], None] | None = None,
+    backend: dict[str, Any] | None = None,
+) -> list[CaseResult]:
+    """Run every case in worker processes; results in case order, one per case.
+
+    ``only``: the case ids to run (a shard); ``note`` receives the one-line notice
+    when fewer workers start than asked. On Ctrl-C (or SIGTERM, which the CLI turns
+    into one) the workers are stopped, the cases finished so far are appended to
+    ``collect`` (in case order) and KeyboardInterrupt is raised again. ``skip`` gives the
+    record of a case the expectations skip (it is not run); ``expectations`` is that file's
+    path, which xdist workers read to mark their results.
+    """
+    requested = parse_workers(str(workers))
+    assert requested is not None
+    datas, expected, early = _enumerate(entries, options)
+    if only is not None:
+        expected = [c for c in expected if c.id in only]
+        early = {k: v for k, v in early.items() if k in only}
+    skipped: dict[str, CaseResult] = {}
+    if skip is not None:
+        for case in expected:
+            r = skip(case)
+            if r is not None:
+                skipped[case.id] = r
+    to_run = [c for c in expected if c.id not in skipped]
+    n, why = reduce_workers(max(requested, 1), len(to_run))
+    if why:
+        (note or (lambda line: print(line, file=sys.stderr)))(why)
+    results: list[CaseResult] = collect if collect is not None else []
+    done: dict[str, CaseResult] = dict(skipped)
+    interrupted = False
+    tail = ""
+    try:
+        if not to_run:
+            pass
+        elif engine() == "fork":
+            _run_forked(to_run, datas, options, n, target, done)
+        else:
+            tail = _run_xdist(
+                to_run,
+                runnable_entries(entries, early),
+                options,
+                n,
+                source,
+                target,
+                expectations,
+                keep,
+                done,
+                backend,
+            )
+    except KeyboardInterrupt:
+        interrupted = True
+    ordered = [*early.values()]
+    for case in expected:
+        if case.id in done:
+            ordered.append(done[case.id])
+        elif not interrupted:
+            r = death_record(case, "", options)
+            r.status = ERROR
+            r.message = f"not run: the worker pool stopped before this case ({tail or 'no output'})"
+            r.repro = repro_command_for(case, options, target)
+            ordered.append(r)
+    for r in ordered:
+        results.append(r)
+        if progress and not interrupted:
+            progress(r)
+    if interrupted:
+        raise KeyboardInterrupt
+    return results
+
+
+def runnable_entries(entries: Sequence[Any], early: dict[str, CaseResult]) -> list[Any]:
+    return [e for e in entries if f"{e.name}/samples" not in early]
+
+
+def repro_command_for(case: Any, options: Options, target: Any) -> str:
+    from harness.engine.cases import repro_command
+
+    return repro_command(case.id, options, target)
+
+
+def _run_forked(
+    cases: list[Any],
+    datas: dict[str, Any],
+    options: Options,
+    workers: int,
+    target: Any,
+    done: dict[str, CaseResult],
+) -> None:
+    """The cases in workers forked from this process (see harness.engine.forkpool)."""
+    from harness.engine import forkpool
+    from harness.engine.isolation import DEFAULT_TIMEOUT_S
+    from harness.engine.runner import run_case
+
+    def run_one(i: int) -> CaseResult:
+        case = cases[i]
+        return run_case(datas[case.entry], case, target=target, watch_between=True)
+
+    def on_death(i: int, faults: str) -> CaseResult:
+        r = death_record(cases[i], faults, options)
+        r.repro = repro_command_for(cases[i], options, target)
+        return r
+
+    def not_run(i: int, why: str) -> CaseResult:
+        r = death_record(cases[i], "", options)
+        r.status, r.message = ERROR, why
+        r.repro = repro_command_for(cases[i], options, target)
+        return r
+
+    limit = options.timeout_s or DEFAULT_TIMEOUT_S
+    by_index: dict[int, CaseResult] = {}
+    try:
+        forkpool.run_forked(
+            len(cases),
+            workers,
+            run_one,
+            on_death,
+            not_run,
+            watchdog_s=limit + forkpool.watchdog_grace(limit),
+            collect=by_index,
+        )
+    finally:
+        for i, r in by_index.items():
+            done[cases[i].id] = r
+
+
+def _run_xdist(
+    cases: list[Any],
+    runnable: list[Any],
+    options: Options,
+    workers: int,
+    source: str,
+    target: Any,
+    expectations: str | None,
+    keep: bool,
+    done: dict[str, CaseResult],
+    backend: dict[str, Any] | None = None,
+) -> str:
+    """The cases in fresh pytest-xdist interpreters; returns the pool's last output line."""
+    folder = tempfile.mkdtemp(prefix="afdb-run-")
+    try:
+        config = {
+            "options": options.to_dict(),
+            "source": source,
+            "entries": [e.name for e in runnable],
+            # The ids to run, with their entries: a worker enumerates only the entries it runs.
+            "cases": [[c.entry, c.id] for c in cases],
+            "target": _absolute_target(target),
+            "repro_target": target.to_dict() if hasattr(target, "to_dict") else None,
+            "expectations": os.path.abspath(expectations) if expectations else None,
+            "results_dir": folder,
+            "backend": backend,  # afdb certify: the workers adapt the entries to it
+        }
+        config_path = os.path.join(folder, "config.json")
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        with open(os.path.join(folder, "pytest.ini"), "w") as f:
+            f.write("[pytest]\n")
+        with open(os.path.join(folder, "conftest.py"), "w") as f:
+            f.write(CONFTEST)
+        test_file = os.path.join(folder, "test_afdb_cases.py")
+        with open(test_file, "w") as f:
+            f.write(
+                "from harness.pytest_plugin import config_tests\n\n"
+                f"test_case = config_tests({config_path!r})\n"
+            )
+        env = dict(os.environ, AFDB_RESULTS_DIR=folder, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+        # One intra-op thread per worker: N workers on N cores, not N x N threads spinning.
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # The workers import this very harness (a checkout wins over an installed copy).
+        root = str(SUITE_ROOT)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [root, env.get("PYTHONPATH", "")] if p)
+        cmd = pytest_command(str(workers), test_file, folder, max_restarts=len(cases) + 4)
+        returncode, output = 0, ""
+        try:
+            returncode, output = _run_pool(cmd, env)
+        finally:  # also on Ctrl-C: the finished cases count
+            _collect_xdist(folder, cases, options, target, done)
+        lines = [ln for ln in output.strip().splitlines() if ln.strip()]
+        return f"pytest exit {returncode}: {lines[-1] if lines else 'no output'}"
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _collect_xdist(
+    folder: str, cases: list[Any], options: Options, target: Any, done: dict[str, CaseResult]
+) -> None:
+    """Read the workers' results files and crash notes into ``done``."""
+    wanted = {c.id for c in cases}
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("results-") and name.endswith(".jsonl"):
+            with open(os.path.join(folder, name)) as f:
+                for line in f:
+                    if line.strip():
+                        r = CaseResult.from_dict(json.loads(line))
+                        if r.id in wanted:
+                            done[r.id] = r
+    crash_file = os.path.join(folder, "crashed.jsonl")
+    if not os.path.exists(crash_file):
+        return
+    crashed: set[str] = set()
+    with open(crash_file) as f:
+        for line in f:
+            m = _NODE_PARAM.search(json.loads(line)["nodeid"])
+            if m:
+                crashed.add(m.group(1))
+    for case in cases:
+        if case.id in crashed and case.id not in done:
+            r = _crash_record(case, folder, options)
+            r.repro = repro_command_for(case, options, target)
+            done[case.id] = r

@@ -1,0 +1,266 @@
+"""Running cases: one case in isolation (``run_case``), the cases of many entries (``run_entries``).
+
+The cases themselves, their ids and their records are ``harness.engine.cases``'s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from autograd_function_db.entry import Entry, Sample
+from harness.checks.catalogue import (
+    CaseContext,
+    CheckFailure,
+    NonFiniteSample,
+    ReferenceRaised,
+    Unsupported,
+    get_check,
+)
+from harness.core.errors import CaseTimeout
+from harness.core.locations import describe_exception
+from harness.core.options import Options
+from harness.core.results import (
+    ERROR,
+    FAIL,
+    PASS,
+    TIMEOUT,
+    UNSUPPORTED,
+    CaseResult,
+)
+from harness.core.textsafe import cap, safe_str
+from harness.engine import children
+from harness.engine.blame import blamed, blamed_reference
+from harness.engine.case_state import (
+    GlobalState,
+    between_cases,
+    case_ended,
+    foreign_threads,
+    forget_last_case,
+    last_end,
+    note_threads,
+    restore_global,
+    watch_thread_starts,
+)
+from harness.engine.cases import (
+    Case,
+    EntryData,
+    case_record,
+    enumerate_cases,
+    options_dtype,
+    repro_command,
+    samples_error,
+)
+from harness.engine.isolation import (
+    TorchState,
+    capture_output,
+    describe_output,
+    restore,
+    time_limit,
+    watch_user_interrupt,
+)
+
+
+def _raised(case: Case, e: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception the Function raised; formats it (its __str__ runs)."""
+    from harness.core.textsafe import cap, safe_repr
+
+    if isinstance(e, SystemExit):
+        code = cap(safe_repr(e.code), 200)
+        return ERROR, f"the Function called sys.exit({code}): {describe_exception(e)}"
+    where = f"{case.check} {case.plan.id}" if case.plan else case.check
+    if isinstance(e, KeyboardInterrupt):
+        return ERROR, (
+            f"{where}: the Function raised KeyboardInterrupt itself (no Ctrl-C was pressed): "
+            f"{describe_exception(e)}"
+        )
+    if not isinstance(e, Exception):
+        return ERROR, (
+            f"{where}: the Function raised {describe_exception(e)} (a BaseException, not an "
+            "Exception)"
+        )
+    return blamed(e, where)  # the suite's own bug is ``internal``, never the Function's
+
+
+def _sample_of(data: EntryData, case: Case) -> Sample | Sequence[Sample] | None:
+    """The case's base sample (all of them for an entry-level case) when they can be drawn,
+    for the dtype in its record."""
+    if data.options.dtype is not None:
+        return None
+    try:
+        samples = data.base_samples()
+        return samples if case.sample_index is None else samples[case.sample_index]
+    except Exception:
+        return None
+
+
+def run_case(
+    data: EntryData, case: Case, *, target: object = None, watch_between: bool = False
+) -> CaseResult:
+    """Run one case; never raises (but for the user's own Ctrl-C). Leaked state is put back.
+
+    ``watch_between``: nothing but cases runs in this thread between two calls (a run, a
+    worker), so state that changed since the previous case ended was changed by something
+    else (a thread a Function started): put back, and said so without blaming this case.
+    """
+    options = data.options
+    spec = get_check(case.check)
+    result = case_record(
+        case, PASS, reference=spec.reference, dtype=options_dtype(options, _sample_of(data, case))
+    )
+    if case.unsupported:
+        result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
+        return result
+    drifted = between_cases() if watch_between else []
+    # Nothing changed since the previous case ended: the state it ended with (after its
+    # restore) is the state now, captured already.
+    last = last_end() if watch_between and not drifted else None
+    if last is not None:
+        state, global_state = last
+    else:
+        state = TorchState.capture()
+        global_state = GlobalState.capture()
+    threads = set(threading.enumerate())
+    others = foreign_threads(case.id)  # alive now: earlier cases' threads may act during this one
+    # The previous case of this run ended in this thread and left no thread running: no
+    # process can have started since its end scan.
+    processes = children.at_case_start(nothing_ran_since=last is not None and not others)
+    start = time.perf_counter()
+    describing = False
+    with (
+        watch_user_interrupt() as interrupt,
+        capture_output() as printed,
+        watch_thread_starts(),
+    ):
+        try:
+            with time_limit(options.timeout_s):
+                try:
+                    assert case.sample_index is not None
+                    ctx = CaseContext(
+                        entry=data.entry,
+                        case_id=case.id,
+                        sample_index=case.sample_index,
+                        sample=data.base_samples()[case.sample_index],
+                        plan=case.plan,
+                        slices=data.slices(case.sample_index),
+                        options=options,
+                    )
+                    nonfinite = data.nonfinite(case.sample_index)
+                    if nonfinite:
+                        raise NonFiniteSample(nonfinite)
+                    used = spec.run(ctx)
+                    if used:
+                        result.reference = used
+                    if ctx.notes:
+                        result.message = "; ".join(ctx.notes)
+                except (CheckFailure, Unsupported, CaseTimeout, NonFiniteSample, ReferenceRaised):
+                    raise
+                except BaseException as e:
+                    if isinstance(e, KeyboardInterrupt) and interrupt.seen:
+                        raise
+                    describing = True  # the Function's __str__ runs here, under the limit
+                    result.status, result.message = _raised(case, e)
+                    describing = False
+        except CheckFailure as e:
+            result.status, result.message = FAIL, safe_str(e)
+        except Unsupported as e:
+            result.status, result.message = UNSUPPORTED, safe_str(e)
+        except NonFiniteSample as e:
+            where = f"{case.check} {case.plan.id}" if case.plan else case.check
+            result.status, result.message = ERROR, f"{where}: {safe_str(e)}"
+        except ReferenceRaised as e:
+            where = f"{case.check} {case.plan.id}" if case.plan else case.check
+            result.status, result.message = blamed_reference(e, where)
+        except CaseTimeout as e:
+            result.status, result.message = TIMEOUT, str(e)
+            if describing:
+                result.message += (
+                    "; it ran out while turning the Function's exception into text (its "
+                    "__str__ or __repr__ does not return)"
+                )
+        finally:
+            result.duration_s = time.perf_counter() - start
+            leaked = restore(state)
+            leaked += restore_global(global_state)
+            killed = children.kill_new(processes)
+            if killed:
+                leaked.append(children.describe(killed))
+            case_ended(state, global_state)  # what the restores just put back
+            started = note_threads(case.id, threads)
+    if leaked and others and not killed:
+        note = (
+            "note: during this case the global state changed (" + "; ".join(leaked) + ") while "
+            "threads started by earlier cases were running (" + ", ".join(others[:3]) + "), so "
+            "this case is not blamed for it; restored before the next case"
+        )
+        result.message = f"{result.message}; {note}" if result.message else note
+    elif leaked and result.status != TIMEOUT:
+        note = "the Function " + "; ".join(leaked) + " (restored before the next case)"
+        if result.status == PASS:
+            result.status = ERROR
+        result.message = f"{result.message}; {note}" if result.message else note
+    elif killed:
+        result.message += "; " + children.describe(killed)
+    if started:
+        note = (
+            f"note: the Function left {len(started)} thread(s) running ({', '.join(started[:3])}); "
+            "state they change later is put back and reported without blaming later cases"
+        )
+        result.message = f"{result.message}; {note}" if result.message else note
+    if drifted:
+        note = (
+            "note: between the previous case and this one, something other than a case (a "
+            "thread a Function started?) " + "; ".join(drifted) + "; put back before this case "
+            "ran, which is not blamed for it"
+        )
+        result.message = f"{result.message}; {note}" if result.message else note
+    output_note = describe_output(printed, result.status)
+    if output_note:
+        result.message = f"{result.message}\n{output_note}" if result.message else output_note
+    result.message = cap(result.message)
+    if result.status not in (PASS, UNSUPPORTED):
+        result.repro = cap(repro_command(case.id, options, target))
+    return result
+
+
+def run_entries(
+    entries: Iterable[Entry],
+    options: Options,
+    *,
+    select: Callable[[Case], bool] | None = None,
+    progress: Callable[[CaseResult], None] | None = None,
+    target: object = None,
+    collect: list[CaseResult] | None = None,
+) -> list[CaseResult]:
+    """Run every case of every entry in this process, in order.
+
+    Results are appended to ``collect`` (a fresh list by default) as they come, so
+    a caller interrupted half way still holds the cases done so far.
+    """
+    results: list[CaseResult] = collect if collect is not None else []
+    forget_last_case()  # state changed before this run started is the caller's business
+    for entry in entries:
+        data = EntryData(entry, options)
+        try:
+            with watch_user_interrupt() as interrupt:
+                cases = enumerate_cases(data)
+        except BaseException as e:  # the samples callable is the user's code, as the Function
+            if isinstance(e, KeyboardInterrupt) and interrupt.seen:
+                raise
+            r = samples_error(entry.name, e)
+            results.append(r)
+            if progress:
+                progress(r)
+            continue
+        for case in cases:
+            if select is not None and not select(case):
+                continue
+            r = run_case(data, case, target=target, watch_between=True)
+            results.append(r)
+            if progress:
+                progress(r)
+    return results
+
+
+__all__ = ["CheckFailure", "run_case", "run_entries"]

@@ -1,0 +1,417 @@
+"""A user's Function as an ``Entry``: capabilities read from the class, samples, batch sizes.
+
+User samples are rarely hazard-free (3x3 rotations, pairs of points), so unless the caller
+fixes batch sizes, ``choose_batch_sizes`` picks sizes that no sample dimension uses and says
+so in the result. Used by the Python API, the CLI's targets and the pytest plugin alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from autograd_function_db.entry import (
+    GRADIENT_CUSTOM,
+    GRADIENT_DERIVATIVE,
+    Capabilities,
+    Entry,
+    Sample,
+    Tolerances,
+)
+from autograd_function_db.hazards import find_hazards, safe_batch_sizes, sample_dim_sizes
+from harness.core.errors import UsageError
+from harness.core.options import Options
+from harness.plans.pytree_args import leaves, map_leaves
+from harness.plans.slices import derive_seed
+
+
+def function_class(target: Any) -> type:
+    """The autograd.Function subclass behind ``target`` (the class, or a callable carrying one)."""
+    if isinstance(target, type) and issubclass(target, torch.autograd.Function):
+        return target
+    for attr in ("autograd_function", "function", "__self__"):
+        cls = getattr(target, attr, None)
+        if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+            return cls
+    raise UsageError(
+        f"{target!r} is not a torch.autograd.Function subclass; pass the class, or a callable "
+        "with an `autograd_function` attribute naming it"
+    )
+
+
+def _accepts_seed(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) or p.name == "seed"
+        for p in params.values()
+    )
+
+
+class SamplesError(UsageError):
+    """The user's samples callable raised or returned something unusable."""
+
+
+def _describe_source(samples: Any) -> str:
+    name = getattr(samples, "__qualname__", None) or getattr(samples, "__name__", None)
+    module = getattr(samples, "__module__", None)
+    return f"{module}.{name}" if module and name else repr(samples)
+
+
+def _as_samples(items: Any, source: Any = None) -> list[Sample]:
+    what = f"the samples callable {_describe_source(source)}" if source is not None else "samples"
+    if items is None:
+        raise SamplesError(
+            f"{what} returned None; return a list of argument tuples, e.g. [(torch.randn(4, 5),)]"
+        )
+    if isinstance(items, (torch.Tensor, Sample)) or not isinstance(items, Iterable):
+        raise SamplesError(
+            f"{what} returned a {type(items).__name__}; return an iterable of argument tuples "
+            "or Sample objects, e.g. [(torch.randn(4, 5),)]"
+        )
+    out = []
+    for i, s in enumerate(items):
+        if isinstance(s, Sample):
+            out.append(s)
+        elif isinstance(s, (tuple, list)):
+            out.append(Sample(tuple(s), f"sample{i}"))
+        else:
+            out.append(Sample((s,), f"sample{i}"))
+    if not out:
+        raise SamplesError(f"{what} returned no samples; return at least one argument tuple")
+    return out
+
+
+def _call_samples(samples: Callable[..., Any], *args: Any) -> list[Sample]:
+    try:
+        items = samples(*args)
+        return _as_samples(items, samples)
+    except SamplesError:
+        raise
+    except Exception as e:
+        from harness.core.locations import describe_exception
+
+        raise SamplesError(
+            f"the samples callable {_describe_source(samples)} raised {describe_exception(e)}; "
+            "fix it so it returns argument tuples"
+        ) from e
+
+
+def _cast(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
+    """Floating tensors in the run's dtype (None: their own), every tensor on the run's device."""
+    args = []
+    for a in sample.args:
+        if isinstance(a, torch.Tensor):
+            same_kind = dtype is not None and (
+                (a.is_floating_point() and dtype.is_floating_point)
+                or (a.is_complex() and dtype.is_complex)
+            )
+            if same_kind and a.dtype != dtype:
+                a = a.to(dtype)
+            if str(a.device) != str(device):
+                a = a.to(device)
+        args.append(a)
+    return Sample(tuple(args), sample.name)
+
+
+def _shuffle_seed(seed: int) -> int:
+    """The seed of the per-slice shuffles of integer/bool tensors (apart from the float noise)."""
+    return (seed * 31 + 7) % 2**63
+
+
+def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The same values in another order: indices stay in range, masks keep their count."""
+    flat = a.detach().flatten()
+    return flat[torch.randperm(flat.numel(), generator=gen)].reshape(a.shape)
+
+
+def _perturbed(sample: Sample, seed: int, keep: frozenset[int] = frozenset()) -> Sample:
+    """Distinct data for a slice when the user's generator takes no seed.
+
+    Floating tensors get seeded noise of their own scale; integer and bool tensors
+    (indices, masks) are shuffled, which keeps every value valid, except the arguments
+    in ``keep`` (those the Function's forward refused shuffled); plain values are kept.
+    Tensors inside tuple/list/dict arguments are treated alike.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    shuffle_gen = torch.Generator().manual_seed(_shuffle_seed(seed))
+
+    def one(i: int, a: Any) -> Any:
+        if not isinstance(a, torch.Tensor):
+            return a
+        if a.is_floating_point() or a.is_complex():
+            noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
+            scale = float(a.detach().abs().mean()) if a.numel() else 1.0
+            return (a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype)
+        if i in keep or a.numel() < 2:
+            return a
+        return _shuffled(a, shuffle_gen)
+
+    def per_arg(i: int, a: Any) -> Any:
+        return map_leaves(a, lambda _k, v: one(i, v))
+
+    return Sample(tuple(per_arg(i, a) for i, a in enumerate(sample.args)), sample.name)
+
+
+#: How a slice with identical data is reported (the issue's words, per argument).
+IDENTICAL_SLICES = (
+    "argument {arg} is the same in every slice: a rule that mixes its slices would go "
+    "unnoticed; give the samples a seed parameter"
+)
+
+
+def _discrete_args(sample: Sample) -> list[int]:
+    return [
+        i
+        for i, a in enumerate(sample.args)
+        if any(
+            not (v.is_floating_point() or v.is_complex())
+            for _, v in leaves(a)
+            if isinstance(v, torch.Tensor)
+        )
+    ]
+
+
+class _SliceDiversity:
+    """For samples without a seed: which integer/bool arguments can be shuffled per slice.
+
+    An argument is shuffled when the Function's eager forward accepts the shuffled
+    sample (a sorted index or a mask with a pattern may be refused); otherwise it is
+    kept identical in every slice and ``notes()`` says so.
+    """
+
+    def __init__(self, call: Callable[..., Any] | None) -> None:
+        self.call = call
+        self.keep: dict[int, frozenset[int]] = {}
+        self.same: dict[int, list[int]] = {}
+
+    def decide(self, index: int, sample: Sample) -> frozenset[int]:
+        if index in self.keep:
+            return self.keep[index]
+        keep: set[int] = set()
+        same: list[int] = []
+        for i in _discrete_args(sample):
+            trial = _perturbed(sample, 1, frozenset(j for j in range(len(sample.args)) if j != i))
+            changed = any(
+                isinstance(v, torch.Tensor) and not torch.equal(v, w)
+                for (_, v), (_, w) in zip(leaves(trial.args[i]), leaves(sample.args[i]))
+            )
+            if not changed or not self._accepts(trial):
+                keep.add(i)
+                same.append(i)
+        self.keep[index] = frozenset(keep)
+        self.same[index] = same
+        return self.keep[index]
+
+    def _accepts(self, sample: Sample) -> bool:
+        if self.call is None:
+            return True
+        try:
+            with torch.no_grad():
+                self.call(*sample.args)
+        except Exception:
+            return False
+        return True
+
+    def notes(self, names: Sequence[str] = ()) -> list[str]:
+        out = []
+        for index, args in sorted(self.same.items()):
+            name = names[index] if index < len(names) else ""
+            for arg in args:
+                where = f"sample {index}" + (f" ({name})" if name else "")
+                out.append(f"{where}: " + IDENTICAL_SLICES.format(arg=arg))
+        return out
+
+
+def user_sample_fn(
+    samples: Any, call: Callable[..., Any] | None = None
+) -> Callable[[int, torch.dtype | None, str], list[Sample]]:
+    """Adapt a user's sample source into the registry's ``fn(seed, dtype, device)`` form.
+
+    A callable that accepts a seed is called once per slice with a derived seed (so
+    index tensors stay valid); one without is called once and its data perturbed per
+    slice (floating noise; integer/bool tensors shuffled where ``call``, the Function,
+    accepts that). Floating tensors keep their dtypes unless the run fixes one
+    (``dtype=``, ``--dtype``).
+    """
+    diversity = _SliceDiversity(call)
+
+    def varied(
+        base: Sequence[Sample], seed: int, dtype: torch.dtype | None, device: str
+    ) -> list[Sample]:
+        out = []
+        for k, s in enumerate(base):
+            keep = diversity.decide(k, _cast(s, dtype, device))
+            varied_s = _perturbed(s, derive_seed("perturb", seed), keep) if seed else s
+            out.append(_cast(varied_s, dtype, device))
+        return out
+
+    if isinstance(samples, (list, tuple)):
+        fixed = _as_samples(samples)
+
+        def listed(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
+            return varied(fixed, seed, dtype, device)
+
+        listed.user_seeded = False  # type: ignore[attr-defined]
+        listed.diversity = diversity  # type: ignore[attr-defined]
+        listed.own_dtypes = True  # type: ignore[attr-defined]
+        return listed
+    if not callable(samples):
+        raise UsageError(
+            f"samples must be a callable returning argument tuples or Sample objects, got "
+            f"{type(samples).__name__}"
+        )
+    if _accepts_seed(samples):
+
+        def seeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
+            return [_cast(s, dtype, device) for s in _call_samples(samples, seed)]
+
+        seeded.user_seeded = True  # type: ignore[attr-defined]
+        seeded.own_dtypes = True  # type: ignore[attr-defined]
+        return seeded
+
+    def unseeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
+        return varied(_call_samples(samples), seed, dtype, device)
+
+    unseeded.user_seeded = False  # type: ignore[attr-defined]
+    unseeded.diversity = diversity  # type: ignore[attr-defined]
+    unseeded.own_dtypes = True  # type: ignore[attr-defined]
+    return unseeded
+
+
+def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:
+    """What the report says about arguments that stay identical across slices ("" if none)."""
+    diversity = getattr(entry.samples, "diversity", None)
+    if diversity is None:
+        return ""
+    return "; ".join(diversity.notes([s.name for s in samples]))
+
+
+def make_entry(
+    function: Any,
+    samples: Any,
+    *,
+    name: str | None = None,
+    gradient: str = GRADIENT_DERIVATIVE,
+    tolerances: Tolerances | None = None,
+    **capabilities: Any,
+) -> Entry:
+    cls = function_class(function)
+    if gradient not in (GRADIENT_DERIVATIVE, GRADIENT_CUSTOM):
+        raise UsageError(f"gradient must be 'derivative' or 'custom', got {gradient!r}")
+    cap_fields = {f.name for f in dataclasses.fields(Capabilities)}
+    unknown = set(capabilities) - cap_fields
+    if unknown:
+        raise UsageError(
+            f"unknown capability {sorted(unknown)[0]!r}; known: {', '.join(sorted(cap_fields))}"
+        )
+    caps = Capabilities.from_function(cls, **capabilities)
+    op = None if function is cls else function
+    return Entry(
+        name=name or cls.__name__,
+        function=cls,
+        samples=user_sample_fn(samples, function if op is not None else cls.apply),  # type: ignore[attr-defined]
+        op=op,
+        caps=caps,
+        tolerances=tolerances or Tolerances(),
+        gradient=gradient,
+        # A user's Function declares no dtypes: it runs at its samples' own, or the one
+        # the user asks for (dtype=, --dtype).
+        dtypes=(),
+    )
+
+
+def base_samples(entry: Entry, options: Options) -> list[Sample]:
+    """The samples the run starts from (seed as the runner derives it); UsageError if unusable."""
+    from harness.engine.cases import EntryData
+
+    try:
+        samples = list(EntryData(entry, options).base_samples())
+    except UsageError:
+        raise
+    except Exception as e:
+        from harness.core.locations import describe_exception
+
+        raise SamplesError(
+            f"the samples for {entry.name} could not be built: {describe_exception(e)}"
+        ) from e
+    if not samples:
+        raise SamplesError(f"the samples for {entry.name} are empty; return at least one sample")
+    return samples
+
+
+def _chunk_for(safe: Sequence[int], used: set[int]) -> tuple[int, int]:
+    """A (batch, chunk) pair whose chunks (k and the remainder) avoid every sample dim."""
+    for b in safe[1:]:
+        for k in safe:
+            if k < b and (b % k < 2 or b % k not in used):
+                return b, k
+    return 2 * safe[0], safe[0]
+
+
+def choose_batch_sizes(
+    entry: Entry,
+    options: Options,
+    *,
+    fixed: bool = False,
+    fixed_single: bool | None = None,
+    fixed_nested: bool | None = None,
+) -> Options:
+    """Batch sizes no sample dim uses; refuse a sample only where the caller fixed a colliding size.
+
+    ``fixed`` fixes both the single-level and the nested sizes; ``fixed_single`` and
+    ``fixed_nested`` fix one of them (the other, and the chunked sizes, are chosen).
+    The choice is recorded in ``options.batch_size_note`` for the output and reports.
+    """
+    fixed_single = fixed if fixed_single is None else fixed_single
+    fixed_nested = fixed if fixed_nested is None else fixed_nested
+    base = base_samples(entry, options)
+    used: set[int] = set()
+    for s in base:
+        used |= sample_dim_sizes(s.args)
+    safe = safe_batch_sizes(used, 8)
+
+    def refuse(sizes: Sequence[int], flag: str, suggestion: str) -> None:
+        for i, s in enumerate(base):
+            hz = find_hazards(s.args, sizes)
+            if hz:
+                h = hz[0]
+                raise UsageError(
+                    f"sample {i} ({s.name or 'unnamed'}): argument {h.arg} has size {h.size} at "
+                    f"dim {h.dim}, equal to the batch size {h.size} you fixed with {flag}; use "
+                    f"{flag} {suggestion} (no sample dimension uses it), or leave {flag} out and "
+                    "let the suite choose"
+                )
+
+    if fixed_single:
+        refuse(options.batch_sizes, "--batch-size", str(safe[0]))
+    if fixed_nested:
+        refuse(options.nested_batch_sizes, "--nested-batch-sizes", f"{safe[0]},{safe[1]}")
+    changes: dict[str, Any] = {}
+    said = []
+    if not fixed_single and used & set(options.batch_sizes):
+        changes["batch_sizes"] = (safe[0],)
+        said.append(f"batch size {safe[0]}")
+    if not fixed_nested and used & set(options.nested_batch_sizes):
+        changes["nested_batch_sizes"] = (safe[0], safe[1])
+        said.append(f"nested sizes {safe[0]},{safe[1]}")
+    b, k = options.chunk
+    if used & {b, k, b % k} - {0, 1}:  # a last chunk of 1 is checked by the others
+        changes["chunk"] = _chunk_for(safe, used)
+        said.append(f"chunked {changes['chunk'][0]} in chunks of {changes['chunk'][1]}")
+    if not changes:
+        return options
+    defaults = Options()
+    note = (
+        f"sample dims use sizes {sorted(used)}, which include default batch sizes "
+        f"{sorted(used & set(defaults.hazard_sizes()))}; so the suite chose {', '.join(said)}, "
+        "which no sample dimension uses (a misplaced batch dim then fails loudly instead of "
+        "broadcasting)"
+    )
+    return options.replace(batch_size_note=note, **changes)

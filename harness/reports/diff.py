@@ -1,0 +1,331 @@
+"""Regression diffs between two reports (say, two torch builds), keyed by case id.
+
+Categories, each grouped by entry and check:
+
+- regressed: ``pass`` before, ``fail``/``error``/``crash``/``timeout`` now (exit status 1);
+- fixed: one of those (or ``xfail``) before, ``pass``/``xpass`` now;
+- newly unsupported: any other status before, ``unsupported`` now;
+- added / removed: case ids only in the new / only in the old report;
+- changed messages: not conforming (or xfail, or unsupported) in both, with another status
+  or message;
+- other status changes: everything else that moved (``unsupported`` -> ``pass``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core.results import (
+    CRASH,
+    ERROR,
+    FAIL,
+    PASS,
+    SCHEMA,
+    STATUSES,
+    TIMEOUT,
+    UNSUPPORTED,
+    XFAIL,
+    XPASS,
+    CaseResult,
+    RunResult,
+)
+from harness.core.schema import ReportError, check_report, schema_version
+from harness.reports.report import clip, code_span, md_escape
+
+BROKEN = frozenset({FAIL, ERROR, CRASH, TIMEOUT})
+FAILING = BROKEN | {XFAIL, XPASS}
+
+CATEGORIES = (
+    ("regressed", "Regressed", "passed before, does not conform now"),
+    ("fixed", "Fixed", "failed before, passes now"),
+    ("newly_unsupported", "Newly unsupported", "ran before, unsupported now"),
+    (
+        "changed",
+        "Changed failure messages",
+        "not conforming (or unsupported) in both, with another status or message",
+    ),
+    ("other", "Other status changes", ""),
+    ("added", "Added", "only in the new report"),
+    ("removed", "Removed", "only in the old report"),
+)
+
+#: Metadata that makes two runs incomparable case by case when it differs.
+COMPARABLE_KEYS = ("device", "dtype", "seed", "batch_sizes", "nested_batch_sizes", "chunk")
+
+
+@dataclass
+class Change:
+    id: str
+    entry: str
+    check: str
+    old_status: str | None
+    new_status: str | None
+    old_message: str = ""
+    new_message: str = ""
+    repro: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ReportDiff:
+    old_meta: dict[str, Any]
+    new_meta: dict[str, Any]
+    regressed: list[Change] = field(default_factory=list)
+    fixed: list[Change] = field(default_factory=list)
+    newly_unsupported: list[Change] = field(default_factory=list)
+    changed: list[Change] = field(default_factory=list)
+    other: list[Change] = field(default_factory=list)
+    added: list[Change] = field(default_factory=list)
+    removed: list[Change] = field(default_factory=list)
+    unchanged: int = 0
+    warnings: list[str] = field(default_factory=list)
+    #: What was compared: entries and checks present in either report.
+    entries: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+
+    def scope_line(self) -> str:
+        return (
+            f"compared {self.unchanged + sum(self.counts().values())} case ids over "
+            f"{len(self.entries)} entries and {len(self.checks)} checks ({', '.join(self.checks)})"
+        )
+
+    @property
+    def has_regressions(self) -> bool:
+        return bool(self.regressed)
+
+    def category(self, name: str) -> list[Change]:
+        changes: list[Change] = getattr(self, name)
+        return changes
+
+    def counts(self) -> dict[str, int]:
+        return {name: len(self.category(name)) for name, _, _ in CATEGORIES}
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.counts().values())
+
+    def summary_line(self) -> str:
+        if self.empty:
+            return f"no change ({self.unchanged} cases with the same status and message)"
+        parts = [
+            f"{n} {label.lower()}"
+            for (name, label, _), n in zip(CATEGORIES, self.counts().values())
+            if n
+        ]
+        return ", ".join(parts) + f"; {self.unchanged} unchanged"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "afdb-diff/1",
+            "old": _describe(self.old_meta),
+            "new": _describe(self.new_meta),
+            "warnings": self.warnings,
+            "counts": {**self.counts(), "unchanged": self.unchanged},
+            "entries": self.entries,
+            "checks": self.checks,
+            **{name: [c.to_dict() for c in self.category(name)] for name, _, _ in CATEGORIES},
+        }
+
+
+def _describe(md: dict[str, Any]) -> str:
+    return (
+        f"torch {md.get('torch_version', '?')} ({str(md.get('torch_git_version') or '')[:12] or 'no git hash'}), "
+        f"{md.get('device', '?')}, {md.get('dtype', '?')}, suite {md.get('suite_version', '?')}"
+        f"{' (' + md['suite_revision'] + ')' if md.get('suite_revision') else ''}"
+    )
+
+
+def _classify(old: CaseResult, new: CaseResult) -> str | None:
+    a, b = old.status, new.status
+    if a == b and old.message == new.message:
+        return None
+    if a == PASS and b in BROKEN:
+        return "regressed"
+    if a in BROKEN | {XFAIL} and b in (PASS, XPASS):
+        return "fixed"
+    if b == UNSUPPORTED and a != UNSUPPORTED:
+        return "newly_unsupported"
+    if a in FAILING and b in FAILING:
+        return "changed"
+    if a == b:  # same non-failing status, another message (an unsupported reason, a note)
+        return "changed" if a == UNSUPPORTED else None
+    return "other"
+
+
+def diff_results(old: RunResult, new: RunResult) -> ReportDiff:
+    d = ReportDiff(dict(old.metadata), dict(new.metadata))
+    old_by_id = {c.id: c for c in old.cases}
+    new_by_id = {c.id: c for c in new.cases}
+    for c in new.cases:
+        before = old_by_id.get(c.id)
+        if before is None:
+            d.added.append(Change(c.id, c.entry, c.check, None, c.status, "", c.message, c.repro))
+            continue
+        kind = _classify(before, c)
+        if kind is None:
+            d.unchanged += 1
+        else:
+            d.category(kind).append(
+                Change(
+                    c.id,
+                    c.entry,
+                    c.check,
+                    before.status,
+                    c.status,
+                    before.message,
+                    c.message,
+                    c.repro,
+                )
+            )
+    for c in old.cases:
+        if c.id not in new_by_id:
+            d.removed.append(Change(c.id, c.entry, c.check, c.status, None, c.message, ""))
+    d.warnings = comparability_warnings(old.metadata, new.metadata)
+    for c in [*old.cases, *new.cases]:
+        if c.entry not in d.entries:
+            d.entries.append(c.entry)
+        if c.check not in d.checks:
+            d.checks.append(c.check)
+    return d
+
+
+def comparability_warnings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    out = []
+    if old.get("suite_version") != new.get("suite_version"):
+        out.append(
+            f"suite versions differ (old {old.get('suite_version')}, new {new.get('suite_version')}):"
+            " case ids and checks may have changed between them, so added, removed and changed"
+            " cases may come from the suite, not from torch"
+        )
+    for key in COMPARABLE_KEYS:
+        if old.get(key) != new.get(key):
+            out.append(
+                f"{key} differs (old {old.get(key)!r}, new {new.get(key)!r}): the runs test different things"
+            )
+    for label, md in (("old", old), ("new", new)):
+        if md.get("interrupted"):
+            out.append(
+                f"the {label} report was interrupted: the cases it did not reach show as "
+                f"{'removed' if label == 'new' else 'added'}"
+            )
+    return out
+
+
+def diff_reports(old: Any, new: Any, old_path: str, new_path: str) -> ReportDiff:
+    """Diff two parsed reports; refuse different schema versions and invalid reports."""
+    versions = [schema_version(old), schema_version(new)]
+    if versions[0] != versions[1] and all(isinstance(v, str) for v in versions):
+        raise ReportError(
+            f"{old_path} is {versions[0]!r} and {new_path} is {versions[1]!r}: reports of different "
+            f"schema versions cannot be compared; run both with the same afdb version "
+            f"(this one reads {SCHEMA!r})"
+        )
+    check_report(old, old_path)
+    check_report(new, new_path)
+    return diff_results(RunResult.from_json_dict(old), RunResult.from_json_dict(new))
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+def _md(text: str, limit: int = 400) -> str:
+    return md_escape(clip(text, limit))
+
+
+def _grouped(changes: list[Change]) -> dict[tuple[str, str], list[Change]]:
+    groups: dict[tuple[str, str], list[Change]] = {}
+    for c in changes:
+        groups.setdefault((c.entry, c.check), []).append(c)
+    return groups
+
+
+def _status_counts(changes: list[Change], attr: str) -> str:
+    counts = Counter(getattr(c, attr) for c in changes)
+    return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
+
+
+def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None) -> str:
+    lines = [
+        f"# {title or 'autograd-function-db regression report'}",
+        "",
+        f"- old: {_md(_describe(d.old_meta))}",
+        f"- new: {_md(_describe(d.new_meta))}",
+        f"- {md_escape(d.scope_line())}",
+        "",
+        f"**{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}**: {d.summary_line()}",
+    ]
+    for w in d.warnings:
+        lines += ["", f"> warning: {_md(w, 1000)}"]
+    lines += ["", "| category | cases |", "|---|---|"]
+    lines += [f"| {label} | {len(d.category(name))} |" for name, label, _ in CATEGORIES]
+    lines.append(f"| unchanged | {d.unchanged} |")
+    for name, label, what in CATEGORIES:
+        changes = d.category(name)
+        if not changes:
+            continue
+        lines += ["", f"## {label} ({len(changes)})", ""]
+        if what:
+            lines += [f"{what.capitalize()}.", ""]
+        groups = _grouped(changes)
+        if name in ("added", "removed"):
+            attr = "new_status" if name == "added" else "old_status"
+            lines += ["| entry | check | cases | statuses |", "|---|---|---|---|"]
+            for (entry, check), cs in groups.items():
+                lines.append(f"| {_md(entry)} | {check} | {len(cs)} | {_status_counts(cs, attr)} |")
+            continue
+        shown = 0
+        for (entry, check), cs in groups.items():
+            if shown >= max_cases:
+                break
+            lines += [f"### {_md(entry)} / {check} ({len(cs)})", ""]
+            for c in cs:
+                if shown >= max_cases:
+                    break
+                shown += 1
+                lines.append(f"- {code_span(c.id)}: {c.old_status} -> {c.new_status}")
+                if c.old_message and c.old_message != c.new_message:
+                    lines.append(f"  - before: {_md(c.old_message)}")
+                if c.new_message:
+                    lines.append(f"  - now: {_md(c.new_message)}")
+                if c.repro and c.new_status in FAILING:
+                    lines.append(f"  - reproduce: {code_span(c.repro)}")
+            lines.append("")
+        if len(changes) > shown:
+            lines.append(f"... and {len(changes) - shown} more (see `afdb diff --json`)")
+    text = "\n".join(lines).rstrip() + "\n"
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
+
+
+def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
+    lines = [f"old: {_describe(d.old_meta)}", f"new: {_describe(d.new_meta)}", d.scope_line()]
+    lines += [f"warning: {w}" for w in d.warnings]
+    for name, label, _ in CATEGORIES:
+        changes = d.category(name)
+        if not changes or name in ("added", "removed"):
+            continue
+        lines.append(f"{label} ({len(changes)}):")
+        for c in changes[:max_cases]:
+            lines.append(f"  {c.id}: {c.old_status} -> {c.new_status}")
+            if c.new_message and c.new_status in FAILING:
+                lines.append(f"    {c.new_message.splitlines()[0][:300]}")
+        if len(changes) > max_cases:
+            lines.append(f"  ... and {len(changes) - max_cases} more")
+    for name in ("added", "removed"):
+        if d.category(name):
+            lines.append(
+                f"{name.capitalize()}: {len(d.category(name))} cases in "
+                f"{len(_grouped(d.category(name)))} entry x check groups"
+            )
+    lines.append(f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(d: ReportDiff) -> str:
+    return json.dumps(d.to_json_dict(), indent=1) + "\n"

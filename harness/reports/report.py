@@ -1,0 +1,364 @@
+"""Writing reports: the versioned JSON (atomically) and the Markdown summary."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from harness.core.results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, XFAIL, RunResult
+from harness.core.textsafe import visible
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a new file gets here (umask applied), or the mode of the file it replaces."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` so that ``path`` holds either the old file or the whole new one.
+
+    Through a symlink the link's target is replaced (the new file is made beside it); a
+    path that is a device, a FIFO or a directory is refused (UsageError), never replaced.
+    Characters UTF-8 cannot carry (a lone surrogate) are written as backslash escapes.
+    """
+    from harness.core.safe_io import output_target
+
+    p = output_target(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        os.chmod(tmp, _file_mode(p))  # mkstemp makes 0600; a report is as readable as any file
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(result: RunResult, path: str | Path) -> None:
+    write_atomic(path, result.to_json() + "\n")
+
+
+#: Markdown markup: emphasis, code, strikethrough, escapes, an underscore that can start
+#: or end emphasis (not one inside a word, as in in_dims), and what makes a link or an
+#: image: ``](`` and ``![`` (a bare ``[2, 3]`` stays as it is).
+_MD_MARKUP = re.compile(r"[\\`*~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|!(?=\[)|\](?=\()")
+
+
+def md_escape(text: str) -> str:
+    """Markdown text (also inside a table cell): markup and pipes shown as themselves.
+
+    Text from a Function (its messages, its name) must not render as an image, a link
+    or emphasis, nor carry control characters into the reader's page.
+    """
+    text = visible(str(text)).replace("&", "&amp;")
+    text = _MD_MARKUP.sub(lambda m: "\\" + m.group(), text)
+    return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code_span(text: str, *, in_table: bool = False) -> str:
+    """An inline code span that no backtick inside ``text`` can close early."""
+    text = visible(str(text)).replace("\n", " ")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if longest else ""
+    if in_table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def status_cell(counts: Counter[str]) -> str:
+    return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]) or "-"
+
+
+def check_order(result: RunResult) -> list[str]:
+    """Checks in the order they first appear in the report."""
+    checks: list[str] = []
+    for c in result.cases:
+        if c.check not in checks:
+            checks.append(c.check)
+    return checks
+
+
+def _exercised(statuses: Counter[str]) -> bool:
+    return any(n for s, n in statuses.items() if s not in (UNSUPPORTED, SKIP))
+
+
+def axis_coverage(result: RunResult) -> dict[str, list[str]] | None:
+    """API axis -> entries of this report tagged with it, or None where axes are unknown.
+
+    A report may carry its own ``metadata["axes"]``; otherwise the registry's tags are used
+    (only for reports of the registry itself, and only when it defines axes).
+    """
+    axes_map = result.metadata.get("axes")
+    if not isinstance(axes_map, dict):
+        if result.metadata.get("source", "afdb") != "afdb":
+            return None
+        try:
+            from autograd_function_db import REGISTRY, axes  # type: ignore[attr-defined]
+
+            axes_map = axes.coverage(list(REGISTRY))
+        except Exception:  # no axes module yet, or a registry that cannot load here
+            return None
+    present = {c.entry for c in result.cases}
+    return {  # a report's own axes are data from elsewhere: only lists of names count
+        str(a): [e for e in names if isinstance(e, str) and e in present]
+        for a, names in axes_map.items()
+        if isinstance(names, list)
+    }
+
+
+def coverage_markdown(result: RunResult) -> list[str]:
+    matrix = result.matrix()
+    checks = check_order(result)
+    lines = [
+        "## Coverage",
+        "",
+        "Per check: entries that exercise it (a case neither unsupported nor skipped), and how many "
+        "of those conform.",
+        "",
+        "| check | entries exercised | conforming | unsupported by | cases |",
+        "|---|---|---|---|---|",
+    ]
+    for check in checks:
+        per = [(e, m[check]) for e, m in matrix.items() if check in m]
+        exercised = [e for e, cnt in per if _exercised(cnt)]
+        conforming = [e for e, cnt in per if _exercised(cnt) and not (set(cnt) & BAD_STATUSES)]
+        unsupported = [e for e, cnt in per if not _exercised(cnt)]
+        cases = sum(sum(cnt.values()) for _, cnt in per)
+        lines.append(
+            f"| {check} | {len(exercised)} | {len(conforming)} | {len(unsupported)} | {cases} |"
+        )
+    axes = axis_coverage(result)
+    if axes:
+        lines += [
+            "",
+            "### API axes x checks",
+            "",
+            "Cells: entries on the axis that conform / entries on the axis that exercise the check.",
+            "",
+            "| axis | entries | " + " | ".join(checks) + " |",
+            "|---" * (len(checks) + 2) + "|",
+        ]
+        for axis, names in axes.items():
+            cells = []
+            for check in checks:
+                cnts = [matrix[e][check] for e in names if check in matrix.get(e, {})]
+                ex = [cnt for cnt in cnts if _exercised(cnt)]
+                good = [cnt for cnt in ex if not (set(cnt) & BAD_STATUSES)]
+                cells.append(f"{len(good)}/{len(ex)}" if ex else "-")
+            lines.append(f"| {md_escape(axis)} | {len(names)} | " + " | ".join(cells) + " |")
+        uncovered = [a for a, names in axes.items() if not names]
+        if uncovered:
+            lines += [
+                "",
+                "Axes with no entry in this run: " + ", ".join(map(md_escape, uncovered)),
+            ]
+    return lines
+
+
+def metadata_markdown(md: dict[str, Any]) -> list[str]:
+    torch_git = str(md.get("torch_git_version") or "")[:12]
+    rows = [
+        (
+            "suite",
+            f"{md.get('suite_version', '?')} ({md.get('suite_revision') or 'no git revision'})",
+        ),
+        ("torch", f"{md.get('torch_version', '?')} ({torch_git or 'no git hash'})"),
+        ("python, platform", f"{md.get('python', '?')}, {md.get('platform', '?')}"),
+        (
+            "device, dtype, seed",
+            f"{md.get('device', '?')}, {md.get('dtype', '?')}, {md.get('seed', '?')}",
+        ),
+        (
+            "batch sizes",
+            f"{md.get('batch_sizes', '?')}, nested {md.get('nested_batch_sizes', '?')}, "
+            f"chunked {md.get('chunk', '?')}",
+        ),
+        ("plan strategy", str(md.get("plan_strategy", "?"))),
+        (
+            "time",
+            f"{md.get('started', '?')} to {md.get('finished', '?')} ({md.get('wall_s', '?')} s)",
+        ),
+        ("command", code_span(" ".join(map(str, md.get("command") or [])), in_table=True)),
+    ]
+    if md.get("batch_size_note"):
+        rows.append(("batch size note", str(md["batch_size_note"])))
+    if md.get("slice_note"):
+        rows.append(("identical slices", str(md["slice_note"])))
+    if md.get("expectations"):
+        rows.append(("expectations", str(md["expectations"])))
+    lines = ["| run | |", "|---|---|"]
+    lines += [f"| {k} | {v if k == 'command' else md_escape(v)} |" for k, v in rows]
+    return lines
+
+
+def hazard_markdown(result: RunResult) -> list[str]:
+    """The hazard probe's own section (only when the run had hazard cases)."""
+    cases = [c for c in result.cases if c.check == "vmap_hazard"]
+    if not cases:
+        return []
+    sizes = sorted({int((c.plan or {}).get("hazard", 0)) for c in cases} - {0})
+    counts = Counter(c.status for c in cases)
+    lines = [
+        "",
+        f"## Hazard probe ({len(cases)} cases)",
+        "",
+        "Batch sizes equal to sample dim sizes "
+        f"({', '.join(map(str, sizes)) or '?'}), interior and last batch dims: a rule that finds "
+        "the batch dim by its size picks a sample dim instead. "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+        "",
+    ]
+    for c in cases:
+        if c.status in BAD_STATUSES:
+            lines.append(f"- {code_span(c.id)} **{c.status}**: {md_escape(clip(c.message, 300))}")
+    return lines
+
+
+def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -> list[str]:
+    """One item per root cause: status, count, checks, the message once, ids, one repro."""
+    from harness.reports.grouping import failure_groups, headline, ids_text, plural
+
+    groups = failure_groups(result.cases)
+    if not groups:
+        return []
+    cases = sum(g.count for g in groups)
+    lines = [
+        "",
+        f"## Failures ({plural(cases, 'case')}, {plural(len(groups), 'root cause')})",
+        "",
+    ]
+    for g in groups[:max_groups]:
+        what = code_span(g.first.id) if g.count == 1 else f"{md_escape(g.entry)}: {headline(g)}"
+        lines.append(f"- **{g.status}** {what}: {md_escape(clip(g.first.message, max_message))}")
+        if g.count > 1:
+            lines.append(f"  - cases: {ids_text(g, quote='`')}")
+        if g.repro:
+            lines.append(f"  - reproduce: {code_span(g.repro)}")
+    if len(groups) > max_groups:
+        rest = groups[max_groups:]
+        lines.append(
+            f"- ... and {plural(len(rest), 'more root cause')} "
+            f"({plural(sum(g.count for g in rest), 'case')}; see the JSON report)"
+        )
+    return lines
+
+
+def _ids_markdown(ids: list[str], shown: int = 5) -> str:
+    text = ", ".join(code_span(i) for i in ids[:shown])
+    return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def _reason_in_message(message: str) -> str:
+    """The reason inside ``expected failure (REASON): ...`` (reports written before cases
+    carried ``expectation``); the parenthesis that closes it is the one that balances."""
+    head = "expected failure ("
+    if not message.startswith(head):
+        return message
+    depth = 1
+    for i in range(len(head), len(message)):
+        depth += {"(": 1, ")": -1}.get(message[i], 0)
+        if depth == 0:
+            return message[len(head) : i] if message.startswith("): ", i) else message
+    return message
+
+
+def expected_failures_markdown(result: RunResult) -> list[str]:
+    """Each expectation reason once, with how many cases it covered and which."""
+    by_reason: dict[str, list[str]] = {}
+    for c in result.cases:
+        if c.status == XFAIL:
+            reason = c.expectation or _reason_in_message(c.message)
+            by_reason.setdefault(reason, []).append(c.id)
+    if not by_reason:
+        return []
+    from harness.reports.grouping import plural
+
+    total = sum(map(len, by_reason.values()))
+    title = f"## Expected failures ({plural(total, 'case')}, {plural(len(by_reason), 'reason')})"
+    lines = ["", title, ""]
+    for reason, ids in by_reason.items():
+        lines.append(f"- {plural(len(ids), 'case')}: {md_escape(reason)}")
+        lines.append(f"  - {_ids_markdown(ids)}")
+    return lines
+
+
+def unsupported_markdown(result: RunResult) -> list[str]:
+    """Each distinct reason once (whole, never cut), with the entry x check it applies to."""
+    from harness.reports.grouping import plural, root_cause
+
+    by_reason: dict[str, list[str]] = {}
+    shown: dict[str, str] = {}  # reasons equal up to the plan read as one (the first's words)
+    pairs: set[tuple[str, str]] = set()
+    for c in result.cases:
+        if c.status == UNSUPPORTED and (c.entry, c.check) not in pairs:
+            pairs.add((c.entry, c.check))
+            key = root_cause(c)
+            shown.setdefault(key, c.message)
+            by_reason.setdefault(key, []).append(f"{c.entry} / {c.check}")
+    if not by_reason:
+        return []
+
+    lines = [
+        "",
+        f"## Unsupported ({len(pairs)} entry x check, {plural(len(by_reason), 'reason')})",
+        "",
+    ]
+    for key, where in by_reason.items():
+        lines.append(f"- {md_escape(shown[key])}")
+        lines.append(f"  - {', '.join(md_escape(w) for w in where)}")
+    return lines
+
+
+def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int = 1000) -> str:
+    """The report for a PR comment: summary, metadata, entry x check matrix, failures, coverage."""
+    md = result.metadata
+    lines = [
+        "# autograd-function-db report",
+        "",
+        f"**{result.verdict}**: {result.summary_line()} "
+        f"(torch {md.get('torch_version', '?')}, {md.get('device', '?')}, {md.get('dtype', '?')})",
+    ]
+    if md.get("interrupted"):
+        lines += [
+            "",
+            "> **Interrupted**: this report holds only the cases that finished before the run "
+            "was stopped.",
+        ]
+    lines += ["", *metadata_markdown(md)]
+    matrix = result.matrix()
+    checks = check_order(result)
+    lines += ["", "## Entry x check", "", "| entry | " + " | ".join(checks) + " |"]
+    lines.append("|---" * (len(checks) + 1) + "|")
+    for entry, per_check in matrix.items():
+        cells = [status_cell(per_check.get(c, Counter())) for c in checks]
+        lines.append(f"| {md_escape(entry)} | " + " | ".join(cells) + " |")
+    lines += failures_markdown(result, max_groups=max_failures, max_message=max_message)
+    lines += hazard_markdown(result)
+    lines += expected_failures_markdown(result)
+    lines += unsupported_markdown(result)
+    lines += ["", *coverage_markdown(result)]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(result: RunResult, path: str | Path) -> None:
+    write_atomic(path, to_markdown(result))

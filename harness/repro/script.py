@@ -1,0 +1,280 @@
+"""Standalone reproducers: one Python script per case that imports only torch and the Function.
+
+The script inlines the data-building logic of the harness (the same derived
+seeds, the same per-slice draws, the same stacking at each level's in_dims), so
+it rebuilds exactly the batched inputs of the case, runs the transform and the
+reference, prints the mismatch and exits 1 when the failure reproduces (0 when
+it does not). It never imports ``harness``: it can be attached to a bug report.
+
+vmap, vmap_nested, vmap_chunked and contract are reproduced exactly. The
+autodiff checks rebuild the exact sample and compare the transform with
+central finite differences in float64 (or, for the vmap compositions, with a
+loop of per-slice transforms); the tangents and cotangents are the script's own.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from typing import Any
+
+import torch
+
+from autograd_function_db.entry import Entry
+from harness.core.options import Options
+from harness.engine.cases import Case
+from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, VMAP
+
+#: A module path (``pkg.mod``) or an attribute path (``Class.attr``).
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _literal(value: Any) -> str:
+    """``repr(value)`` for plain data only (None, bool, int, float, str, lists, tuples, dicts).
+
+    The script must not contain anything but literals built from the harness's own data.
+    """
+
+    def plain(v: Any) -> bool:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return type(v) in (type(None), bool, int, float, str)
+        if type(v) in (list, tuple):
+            return all(plain(x) for x in v)
+        if type(v) is dict:
+            return all(plain(k) and plain(x) for k, x in v.items())
+        return False
+
+    if not plain(value):
+        raise ValueError(f"not plain data for a reproducer: {type(value).__name__}")
+    text = repr(value)
+    ast.literal_eval(text)  # nan/inf and the like would not be literals
+    return text
+
+
+def spec_problem(spec: Any, what: str) -> str:
+    """Why ``spec`` is not a ``pkg.module:Name`` or ``path/to/file.py:Name`` spec ('' if it is)."""
+    if not isinstance(spec, str) or ":" not in spec:
+        return f"{what} {spec!r} must look like package.module:Name or path/to/file.py:Name"
+    module, _, attr = spec.rpartition(":")
+    if not _DOTTED.fullmatch(attr):
+        return f"{what} {spec!r}: {attr!r} is not an attribute name (Name or Class.attr)"
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        if not module.endswith(".py"):
+            return f"{what} {spec!r}: a file target must end in .py"
+        if any(not ch.isprintable() for ch in module):
+            return f"{what} {spec!r}: the file path holds control characters"
+        return ""
+    if not _DOTTED.fullmatch(module):
+        return f"{what} {spec!r}: {module!r} is not a module path (package.module)"
+    return ""
+
+
+VMAP_CHECKS = ("vmap", "vmap_nested", "vmap_chunked", "vmap_hazard", "contract")
+
+
+def _user_loader(spec: Any, entry: Entry) -> str:
+    samples_expr = "load(SAMPLES_SPEC)" if spec.samples else "_samples_attr()"
+    seeded = bool(getattr(entry.samples, "user_seeded", True))
+    diversity = getattr(entry.samples, "diversity", None)
+    keep = {k: tuple(sorted(v)) for k, v in diversity.keep.items()} if diversity else {}
+    target = _portable(spec._resolved(spec.target))
+    samples = _portable(spec._resolved(spec.samples)) if spec.samples else None
+    return f'''
+TARGET_SPEC = {_literal(target)}
+SAMPLES_SPEC = {_literal(samples)}
+#: Whether the samples callable takes a seed (called once per slice) or not
+#: (called once, floating data perturbed per slice), as the harness decided.
+SEEDED = {_literal(seeded)}
+#: Per sample, the integer/bool arguments kept identical in every slice (the Function's
+#: forward refused them shuffled).
+KEEP = {_literal(keep)}
+
+
+def load(spec):
+    module, _, attr = spec.rpartition(":")
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        path = os.path.abspath(module)
+        sys.path.insert(0, os.path.dirname(path))
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name in sys.modules and os.path.abspath(getattr(sys.modules[name], "__file__", "")) == path:
+            mod = sys.modules[name]
+        else:
+            spec_ = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec_)
+            sys.modules[name] = mod
+            spec_.loader.exec_module(mod)
+    else:
+        sys.path.insert(0, os.getcwd())
+        mod = importlib.import_module(module)
+    obj = mod
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+TARGET = load(TARGET_SPEC)
+if isinstance(TARGET, type) and issubclass(TARGET, torch.autograd.Function):
+    FUNCTION, CALL = TARGET, TARGET.apply
+else:
+    FUNCTION = next(
+        getattr(TARGET, a)
+        for a in ("autograd_function", "function", "__self__")
+        if isinstance(getattr(TARGET, a, None), type)
+    )
+    CALL = TARGET
+
+
+def _samples_attr():
+    return getattr(TARGET, "samples", None) or FUNCTION.samples
+
+
+SAMPLES = {samples_expr}
+
+
+def perturbed(args, seed, keep=()):
+    """Seeded noise on floating tensors, a shuffle of integer/bool tensors (except the
+    arguments in keep), as the harness varies slices of samples without a seed."""
+    gen = torch.Generator().manual_seed(seed)
+    shuffle_gen = torch.Generator().manual_seed((seed * 31 + 7) % 2**63)
+
+    def one(i, a):
+        if not isinstance(a, torch.Tensor):
+            return a
+        if a.is_floating_point() or a.is_complex():
+            noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
+            scale = float(a.detach().abs().mean()) if a.numel() else 1.0
+            return (a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype)
+        if i in keep or a.numel() < 2:
+            return a
+        flat = a.detach().flatten()
+        return flat[torch.randperm(flat.numel(), generator=shuffle_gen)].reshape(a.shape)
+
+    return tuple(map_leaves(a, lambda _k, v, i=i: one(i, v)) for i, a in enumerate(args))
+
+
+def cast(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            same_kind = DTYPE is not None and (
+                (a.is_floating_point() and DTYPE.is_floating_point)
+                or (a.is_complex() and DTYPE.is_complex)
+            )
+            if same_kind and a.dtype != DTYPE:
+                a = a.to(DTYPE)
+            if str(a.device) != str(DEVICE):
+                a = a.to(DEVICE)
+        out.append(a)
+    return tuple(out)
+
+
+def as_args(s):
+    if hasattr(s, "args"):
+        return tuple(s.args)
+    return tuple(s) if isinstance(s, (tuple, list)) else (s,)
+
+
+def samples_for(seed):
+    """The user's samples for one slice seed, as the harness builds them."""
+    if SEEDED:
+        return [cast(as_args(s)) for s in SAMPLES(seed)]
+    base = [as_args(s) for s in SAMPLES()]
+    return [
+        cast(perturbed(a, derive_seed("perturb", seed), KEEP.get(k, ())) if seed else a)
+        for k, a in enumerate(base)
+    ]
+'''
+
+
+def _portable(spec: str | None) -> str | None:
+    """A file target as an absolute path (the script may run from elsewhere)."""
+    if not spec:
+        return spec
+    module, _, attr = spec.rpartition(":")
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        return f"{os.path.abspath(module)}:{attr}"
+    return spec
+
+
+_DB_LOADER = """
+from autograd_function_db import REGISTRY
+
+ENTRY = REGISTRY.get(ENTRY_NAME)
+FUNCTION = ENTRY.function
+CALL = ENTRY.call
+
+
+def samples_for(seed):
+    return [tuple(s.args) for s in ENTRY.make_samples(seed, DTYPE, DEVICE)]
+"""
+
+
+def generate(
+    entry: Entry,
+    options: Options,
+    case: Case,
+    *,
+    target: Any = None,
+    command: str = "",
+) -> str:
+    """The text of a standalone script that reproduces ``case``."""
+
+    rtol, atol = entry.tolerances.for_dtype(options.dtype or torch.float64)
+    # The plan's own in_dims (tuples stay tuples, dicts dicts: vmap matches pytree types).
+    levels = [
+        {
+            "batch_size": lv.batch_size,
+            "in_dims": list(lv.in_dims),
+            "out_dims": lv.out_dims,
+            "chunk_size": lv.chunk_size,
+        }
+        for lv in (case.plan.levels if case.plan is not None else ())
+    ]
+    module = target.target.rpartition(":")[0] if target is not None else "autograd_function_db"
+    # Every string that came from a report, a case id or a command line enters the script
+    # only through repr(): a docstring is one repr'd literal, not text between quotes.
+    doc = (
+        f"Reproduce afdb case {case.id}\n\n"
+        f"Generated by `{command or 'afdb repro'}`.\n"
+        f"Needs only torch and {module}; run it with `python THIS_FILE`.\n"
+        "Exit status 1: the failure reproduced (printed below); 0: it did not.\n"
+    )
+    if options.dtype is None:  # the samples keep their own dtypes
+        dtype_expr = "None"
+    else:
+        dtype_name = str(options.dtype).replace("torch.", "")
+        if not isinstance(getattr(torch, dtype_name, None), torch.dtype):
+            raise ValueError(f"not a torch dtype: {options.dtype!r}")
+        dtype_expr = f"getattr(torch, {_literal(dtype_name)})"
+    header = f"""#!/usr/bin/env python
+{_literal(doc)}
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+
+import torch
+import torch.utils._pytree
+
+CASE_ID = {_literal(str(case.id))}
+CHECK = {_literal(str(case.check))}
+ENTRY_NAME = {_literal(str(entry.name))}
+SAMPLE_INDEX = {_literal(case.sample_index)}
+SEED = {_literal(options.seed)}
+DTYPE = {dtype_expr}
+DEVICE = {_literal(str(options.device))}
+RTOL, ATOL = {_literal(float(rtol))}, {_literal(float(atol))}
+INPLACE_ARGS = {_literal(tuple(int(i) for i in entry.caps.inplace_args))}
+#: "derivative": references are finite differences; "custom": eager autograd of the
+#: same Function (its backward, its double backward), as the suite compares.
+GRADIENT = {_literal(str(entry.gradient))}
+#: One dict per vmap level, outermost first: batch size, in_dims per argument,
+#: out_dims ("mid": an interior position per output) and chunk_size.
+LEVELS = {_literal(levels)}
+"""
+    loader = _user_loader(target, entry) if target is not None else _DB_LOADER
+    body = VMAP if case.check in VMAP_CHECKS else AUTODIFF
+    return header + loader + DATA + body + FOOTER

@@ -1,0 +1,557 @@
+"""The code a reproducer inlines, as text: data building, the vmap checks, the autodiff checks.
+
+These are the pieces ``harness.repro.script.generate`` puts together. They are plain Python
+source kept as strings (never run by the suite itself): a script must stand alone, with
+torch and the user's Function as its only imports.
+"""
+
+DATA = '''
+
+def derive_seed(*parts):
+    """The harness's stable seed: sha256 of the parts joined by \\x1f."""
+    digest = hashlib.sha256("\\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def sample_seed(*parts):
+    """The seed a sample callable receives: derive_seed below 2**31 (numpy-safe)."""
+    return derive_seed(*parts) % 2**31
+
+
+def is_container(x):
+    return type(x) in (tuple, list) or type(x) is dict
+
+
+def map_leaves(x, fn, prefix=()):
+    """x rebuilt with every leaf replaced by fn(keys, leaf) (tuples, lists, dicts)."""
+    if type(x) in (tuple, list):
+        return type(x)(map_leaves(v, fn, (*prefix, k)) for k, v in enumerate(x))
+    if type(x) is dict:
+        return {k: map_leaves(v, fn, (*prefix, k)) for k, v in x.items()}
+    return fn(prefix, x)
+
+
+def get_at(x, keys):
+    for k in keys:
+        x = x[k]
+    return x
+
+
+_cache = {}
+
+
+def slice_args(path=()):
+    """Fresh copies of the arguments of the slice at ``path`` (index per level, outermost first)."""
+    key = tuple(path)
+    while key and key[-1] == 0:
+        key = key[:-1]
+    if key not in _cache:
+        _cache[key] = samples_for(sample_seed(SEED, ENTRY_NAME, "slice", key))[SAMPLE_INDEX]
+    return tuple(
+        map_leaves(a, lambda _, v: v.detach().clone() if isinstance(v, torch.Tensor) else v)
+        for a in _cache[key]
+    )
+
+
+def as_tuple(out):
+    """Every leaf of a Function's outputs (tuples, lists, dicts and their nestings), flat."""
+    return tuple(torch.utils._pytree.tree_leaves(out if isinstance(out, (tuple, list)) else (out,)))
+
+
+def flat_call(*args):
+    return as_tuple(CALL(*args))
+
+
+def compare(label, actual, expected):
+    """Print and return the differences between two tuples of outputs."""
+    problems = []
+    if len(actual) != len(expected):
+        problems.append(f"{label}: {len(actual)} outputs, reference {len(expected)}")
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        if not isinstance(e, torch.Tensor):
+            if a != e:
+                problems.append(f"{label}, output {k}: got {a!r}, reference {e!r}")
+            continue
+        if not isinstance(a, torch.Tensor):
+            problems.append(f"{label}, output {k}: got {type(a).__name__}, reference a tensor")
+        elif a.shape != e.shape:
+            problems.append(f"{label}, output {k}: shape {tuple(a.shape)}, reference {tuple(e.shape)}")
+        elif a.dtype != e.dtype:
+            problems.append(f"{label}, output {k}: dtype {a.dtype}, reference {e.dtype}")
+        elif a.numel() and not torch.allclose(a.detach().to(e.dtype), e, rtol=RTOL, atol=ATOL, equal_nan=True):
+            a64, e64 = a.detach().double().flatten(), e.double().flatten()
+            close = torch.isclose(a64, e64, rtol=RTOL, atol=ATOL, equal_nan=True)
+            err = torch.where(close, 0.0, (a64 - e64).abs().nan_to_num(nan=float("inf")))
+            i = int(err.argmax())
+            idx = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), a.shape)) if a.dim() else ()
+            ref = float(e64[i])
+            rel = f", rel error {float(err[i]) / abs(ref):.3g}" if ref and err[i].isfinite() else ""
+            problems.append(
+                f"{label}, output {k}: {int((~close).sum())} of {a.numel()} values outside tolerance; "
+                f"worst at {idx}: got {float(a64[i]):.6g}, reference {ref:.6g}, abs error "
+                f"{float(err[i]):.3g}{rel}; rtol={RTOL:g}, atol={ATOL:g}"
+            )
+    return problems
+'''
+
+VMAP = '''
+
+def leaf_dim(level, address):
+    """The batch dim of the tensor at address (argument, *keys) at one level (in_dims pytree)."""
+    spec = level["in_dims"][address[0]]
+    for k in address[1:]:
+        if spec is None or isinstance(spec, (int, str)):
+            return spec
+        spec = spec[k]
+    return spec
+
+
+def leaf_path(address, path):
+    return tuple(i if leaf_dim(LEVELS[k], address) is not None else 0 for k, i in enumerate(path))
+
+
+def assemble(j, value_at):
+    """Argument j with each tensor leaf from value_at(address) (plain values from the base)."""
+    base = slice_args()[j]
+    if not is_container(base):
+        return value_at((j,)) if isinstance(base, torch.Tensor) else base
+    return map_leaves(base, lambda keys, v: value_at((j, *keys)) if isinstance(v, torch.Tensor) else v)
+
+
+def slice_call_args(path):
+    n = len(LEVELS[0]["in_dims"])
+    return tuple(
+        assemble(j, lambda a: get_at(slice_args(leaf_path(a, path))[a[0]], a[1:])) for j in range(n)
+    )
+
+
+def build_batched_args():
+    """Per-slice data stacked at each level's in_dims (distinct data per slice, per tensor leaf)."""
+    n = len(LEVELS[0]["in_dims"])
+
+    def build(address, level, path):
+        if level == len(LEVELS):
+            return get_at(slice_args(leaf_path(address, path))[address[0]], address[1:])
+        dim = leaf_dim(LEVELS[level], address)
+        if dim is None:
+            return build(address, level + 1, (*path, 0))
+        parts = [build(address, level + 1, (*path, i)) for i in range(LEVELS[level]["batch_size"])]
+        return torch.stack(parts, dim=dim % (parts[0].dim() + 1))
+
+    return tuple(assemble(j, lambda a: build(a, 0, ())) for j in range(n))
+
+
+def resolve_out_dim(out_dim, ndim):
+    return (ndim + 1) // 2 if out_dim == "mid" else out_dim
+
+
+def loop_reference(fn):
+    """fn called once per slice (nested loops), stacked at each level's out_dims."""
+    returned_tuple = False
+
+    def run(level, path):
+        nonlocal returned_tuple
+        if level == len(LEVELS):
+            out = fn(*slice_call_args(path))
+            returned_tuple = isinstance(out, (tuple, list))
+            return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
+        lv = LEVELS[level]
+        per_slice = [run(level + 1, (*path, i)) for i in range(lv["batch_size"])]
+        stacked = []
+        for k, first in enumerate(per_slice[0]):
+            if not isinstance(first, torch.Tensor):
+                stacked.append(first)
+                continue
+            dim = resolve_out_dim(lv["out_dims"], first.dim())
+            stacked.append(torch.stack([s[k] for s in per_slice], dim=dim % (first.dim() + 1)))
+        return tuple(stacked)
+
+    outs = run(0, ())
+    return outs, returned_tuple
+
+
+def concrete_out_dims(stacked, returned_tuple):
+    result = []
+    for k, lv in enumerate(LEVELS):
+        if lv["out_dims"] != "mid":
+            result.append(lv["out_dims"])
+            continue
+        dims = tuple(
+            resolve_out_dim("mid", o.dim() - k - 1) if isinstance(o, torch.Tensor) else 0
+            for o in stacked
+        )
+        result.append(dims if returned_tuple else dims[0])
+    return result
+
+
+def vmapped(fn, out_dims):
+    wrapped = fn
+    for k in reversed(range(len(LEVELS))):
+        lv = LEVELS[k]
+        wrapped = torch.func.vmap(
+            wrapped, in_dims=tuple(lv["in_dims"]), out_dims=out_dims[k], chunk_size=lv["chunk_size"]
+        )
+    return wrapped
+
+
+def record_rule_calls():
+    """Wrap FUNCTION.vmap to print each raw return of the rule (contract check)."""
+    calls = []
+    original = FUNCTION.vmap
+    had_own = "vmap" in FUNCTION.__dict__
+    saved = FUNCTION.__dict__.get("vmap")
+
+    def recording(info, in_dims, *args):
+        returned = original(info, in_dims, *args)
+        calls.append((info.batch_size, tuple(in_dims), returned))
+        return returned
+
+    FUNCTION.vmap = staticmethod(recording)
+
+    def undo():
+        if had_own:
+            FUNCTION.vmap = saved
+        else:
+            del FUNCTION.vmap
+
+    return calls, undo
+
+
+def contract_problems(calls):
+    problems = []
+    for batch_size, in_dims, ret in calls:
+        where = f"vmap rule of {FUNCTION.__name__} (info.batch_size={batch_size}, in_dims={in_dims})"
+        shapes = None
+        if isinstance(ret, tuple) and len(ret) == 2:
+            outs, dims = as_tuple(ret[0]), ret[1]
+            dims = list(dims) if isinstance(dims, (tuple, list)) else [dims] * len(outs)
+            shapes = [tuple(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__ for o in outs]
+            print(f"  {where} returned outputs of shapes {shapes} with out_dims {ret[1]!r}")
+            for k, (o, d) in enumerate(zip(outs, dims)):
+                if isinstance(o, torch.Tensor) and isinstance(d, int) and -o.dim() <= d < max(o.dim(), 1):
+                    if o.shape[d] != batch_size:
+                        problems.append(
+                            f"{where}, output {k}: size {o.shape[d]} at out_dim {d} (shape "
+                            f"{tuple(o.shape)}), info.batch_size {batch_size}"
+                        )
+                elif isinstance(o, torch.Tensor) and d is not None:
+                    problems.append(f"{where}, output {k}: out_dim {d!r} is not valid for shape {tuple(o.shape)}")
+        else:
+            print(f"  {where} returned {type(ret).__name__}: {ret!r:.200}")
+            problems.append(f"{where} returned a {type(ret).__name__}; it must return (outputs, out_dims)")
+    return problems
+
+
+def main():
+    print(f"reproducing {CASE_ID}")
+    expected, returned_tuple = loop_reference(flat_call)
+    out_dims = concrete_out_dims(expected, returned_tuple)
+    args = build_batched_args()
+    print("batched inputs: " + ", ".join(
+        f"{tuple(a.shape)}" if isinstance(a, torch.Tensor) else repr(a) for a in args))
+    print(f"levels (outermost first): {LEVELS}")
+    snapshot = [(i, a.clone()) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in INPLACE_ARGS]
+    problems = []
+    calls, undo = record_rule_calls() if CHECK == "contract" else ([], lambda: None)
+    try:
+        actual = as_tuple(vmapped(flat_call, out_dims)(*args))
+    except Exception as e:
+        actual = None
+        problems.append(f"vmap raised {type(e).__name__}: {e}")
+    finally:
+        undo()
+    if CHECK == "contract":
+        problems = contract_problems(calls) + problems
+    for i, before in snapshot:
+        if not torch.equal(args[i], before):
+            problems.append(f"input {i} was modified by the call")
+    if actual is not None:
+        problems += compare("Function under vmap vs loop over slices", actual, expected)
+    return problems
+'''
+
+AUTODIFF = '''
+
+def differentiable(args):
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+
+
+def restricted(args, idx):
+    """f of the differentiable arguments only (the others fixed), returning its float outputs
+    (top-level ones: autograd does not track tensors nested in a container of the outputs)."""
+
+    def f(*xs):
+        full = list(args)
+        for i, x in zip(idx, xs):
+            full[i] = x
+        out = CALL(*full)
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return tuple(o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
+
+    return f
+
+
+def fd_jacobian(f, xs, eps=1e-6):
+    """Central finite differences in float64: J[out][in] of shape (out.numel(), in.numel())."""
+    xs = [x.detach().double() for x in xs]
+    outs = [o.detach().double() for o in f(*xs)]
+    jac = [[torch.zeros(o.numel(), x.numel(), dtype=torch.float64) for x in xs] for o in outs]
+    for j, x in enumerate(xs):
+        flat = x.flatten()
+        for e in range(flat.numel()):
+            plus, minus = flat.clone(), flat.clone()
+            plus[e] += eps
+            minus[e] -= eps
+            hi = f(*[plus.view_as(x) if k == j else xs[k] for k in range(len(xs))])
+            lo = f(*[minus.view_as(x) if k == j else xs[k] for k in range(len(xs))])
+            for i in range(len(outs)):
+                jac[i][j][:, e] = ((hi[i].double() - lo[i].double()) / (2 * eps)).flatten()
+    return jac, outs
+
+
+def randn_like_all(ts, salt):
+    gen = torch.Generator().manual_seed(derive_seed(SEED, CASE_ID, salt))
+    return [torch.randn(t.shape, generator=gen, dtype=torch.float64) for t in ts]
+
+
+def func_vjp(f, n):
+    """G(x..., c...) = J(x)^T c through torch.func (what the second-order checks transform)."""
+
+    def g(*xc):
+        _, pullback = torch.func.vjp(f, *xc[:n])
+        return tuple(pullback(tuple(xc[n:])))
+
+    return g
+
+
+def eager_vjp(f, n, create_graph=False):
+    """g(x..., c...) = J(x)^T c through the Function's eager backward (torch.autograd.grad)."""
+
+    def g(*xc):
+        with torch.enable_grad():
+            xs = [x if create_graph else x.detach().requires_grad_(True) for x in xc[:n]]
+            outs = f(*xs)
+            grads = torch.autograd.grad(outs, xs, xc[n:], allow_unused=True,
+                                        materialize_grads=True, create_graph=create_graph)
+        return tuple(grads) if create_graph else tuple(gr.detach() for gr in grads)
+
+    return g
+
+
+def check_second_order(f, xs):
+    """The suite's second-order references: finite differences (float64) of the eager
+    first-order vjp (gradient="derivative"), or plain eager autograd's double backward and
+    forward-over-reverse of the same Function (gradient="custom")."""
+    n = len(xs)
+    cs = randn_like_all(f(*xs), "cotangents")
+    primals = [*xs, *cs]
+    G = func_vjp(f, n)
+    if CHECK == "jvp_of_vjp":
+        ts = randn_like_all(primals, "tangents")
+        _, actual = torch.func.jvp(G, tuple(primals), tuple(ts))
+        if GRADIENT == "custom":
+            import torch.autograd.forward_ad as fwAD
+
+            with fwAD.dual_level(), torch.enable_grad():
+                leaves = [x.detach().clone().requires_grad_(True) for x in xs]
+                duals = [fwAD.make_dual(x, t) for x, t in zip(leaves, ts[:n])]
+                cots = [fwAD.make_dual(c, t) for c, t in zip(cs, ts[n:])]
+                grads = torch.autograd.grad(f(*duals), leaves, cots, allow_unused=True,
+                                            materialize_grads=True)
+                expected = tuple(fwAD.unpack_dual(gr).tangent for gr in grads)
+            label = "torch.func.jvp of torch.func.vjp vs eager forward-over-reverse"
+            return compare(label, as_tuple(actual), expected)
+        g = eager_vjp(f, n)
+        eps = 1e-6
+        hi = g(*[p + eps * t for p, t in zip(primals, ts)])
+        lo = g(*[p - eps * t for p, t in zip(primals, ts)])
+        expected = tuple((a - b) / (2 * eps) for a, b in zip(hi, lo))
+        label = "torch.func.jvp of torch.func.vjp vs finite differences of the eager vjp"
+        return compare(label, as_tuple(actual), expected)
+    w = randn_like_all(xs, "outer cotangents")
+    _, pullback = torch.func.vjp(G, *primals)
+    actual = as_tuple(pullback(tuple(w)))
+    if GRADIENT == "custom":
+        with torch.enable_grad():
+            leaves = [p.detach().clone().requires_grad_(True) for p in primals]
+            first = eager_vjp(f, n, create_graph=True)(*leaves)
+            expected = torch.autograd.grad(first, leaves, w, allow_unused=True,
+                                           materialize_grads=True)
+        label = "torch.func.vjp of torch.func.vjp vs eager double backward (create_graph=True)"
+        return compare(label, actual, tuple(e.detach() for e in expected))
+    jac, outs = fd_jacobian(eager_vjp(f, n), primals)
+    expected = tuple(
+        sum((jac[i][j].T @ w[i].flatten() for i in range(len(outs)))).view_as(primals[j])
+        for j in range(len(primals))
+    )
+    label = "torch.func.vjp of torch.func.vjp vs finite differences of the eager vjp"
+    return compare(label, actual, expected)
+
+
+def backward_jacobian(f, xs):
+    """J[out][in] from the Function's eager backward, row by row (gradient="custom")."""
+    outs = [o.detach() for o in f(*xs)]
+    jac = [[torch.zeros(o.numel(), x.numel(), dtype=torch.float64) for x in xs] for o in outs]
+    for i, o in enumerate(outs):
+        for e in range(o.numel()):
+            cots = [torch.zeros_like(p) for p in outs]
+            cots[i].view(-1)[e] = 1
+            rows = eager_vjp(f, len(xs))(*xs, *cots)
+            for j, r in enumerate(rows):
+                jac[i][j][e] = r.double().flatten()
+    return jac, [o.double() for o in outs]
+
+
+def check_function(f, xs, kind):
+    """Compare torch.func's jvp / vjp / jacrev / jacfwd of f at xs with the suite's reference:
+    finite differences, or for gradient="custom" the eager backward's Jacobian (jvp and
+    jacfwd then pass when they match either)."""
+    if GRADIENT == "custom":
+        found = [check_against(f, xs, kind, backward_jacobian(f, xs))]
+        if kind in ("jvp", "jacfwd"):
+            found.append(check_against(f, xs, kind, fd_jacobian(f, xs)))
+        return [] if any(not p for p in found) else [p for ps in found for p in ps]
+    return check_against(f, xs, kind, fd_jacobian(f, xs))
+
+
+def check_against(f, xs, kind, reference):
+    jac, outs = reference
+    if kind == "jvp":
+        ts = randn_like_all(xs, "tangents")
+        _, actual = torch.func.jvp(f, tuple(xs), tuple(ts))
+        expected = tuple(
+            sum((jac[i][j] @ ts[j].flatten() for j in range(len(xs)))).view_as(outs[i])
+            for i in range(len(outs))
+        )
+        return compare("torch.func.jvp vs finite differences", as_tuple(actual), expected)
+    if kind == "vjp":
+        cs = randn_like_all(outs, "cotangents")
+        _, pullback = torch.func.vjp(f, *xs)
+        actual = pullback(tuple(cs))
+        expected = tuple(
+            sum((jac[i][j].T @ cs[i].flatten() for i in range(len(outs)))).view_as(xs[j])
+            for j in range(len(xs))
+        )
+        return compare("torch.func.vjp vs finite differences", as_tuple(actual), expected)
+    jac_fn = torch.func.jacrev if kind == "jacrev" else torch.func.jacfwd
+    actual = jac_fn(f, argnums=tuple(range(len(xs))))(*xs)
+    problems = []
+    for i in range(len(outs)):
+        got = tuple(actual[i][j].reshape(outs[i].numel(), xs[j].numel()) for j in range(len(xs)))
+        problems += compare(f"torch.func.{kind} of output {i} vs finite differences", got, tuple(jac[i]))
+    return problems
+
+
+def main():
+    print(f"reproducing {CASE_ID} (autodiff: the script's own tangents/cotangents)")
+    args = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in slice_args())
+    idx = differentiable(args)
+    xs = [args[i] for i in idx]
+    f = restricted(args, idx)
+    print("inputs: " + ", ".join(f"{tuple(a.shape)}" if isinstance(a, torch.Tensor) else repr(a) for a in args))
+    if CHECK in ("jvp", "vjp", "jacrev", "jacfwd"):
+        return check_function(f, xs, CHECK)
+    if CHECK in ("jvp_of_vjp", "vjp_of_vjp"):
+        return check_second_order(f, xs)
+    # vmap compositions: the transform of a batch vs a loop of per-slice transforms
+    dims = LEVELS[0]["in_dims"][: len(args)]
+    size = LEVELS[0]["batch_size"]
+    slices = [
+        tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in slice_args((b,)))
+        for b in range(size)
+    ]
+
+    def leaf_dim0(i, keys):
+        spec = dims[i]
+        for k in keys:
+            if spec is None or isinstance(spec, int):
+                return spec
+            spec = spec[k]
+        return spec
+
+    def stacked(i):
+        """Argument i batched as the plan says (each tensor leaf at its own dim)."""
+        def one(keys, v):
+            d = leaf_dim0(i, keys)
+            if not isinstance(v, torch.Tensor) or d is None:
+                return v
+            return torch.stack([get_at(s[i], keys) for s in slices], dim=d % (v.dim() + 1))
+        return map_leaves(args[i], one)
+
+    def slice_of(b, i):
+        """Argument i as slice b of the batch sees it (unbatched leaves from the base)."""
+        def one(keys, v):
+            d = leaf_dim0(i, keys)
+            return get_at(slices[b][i], keys) if isinstance(v, torch.Tensor) and d is not None else v
+        return map_leaves(args[i], one)
+
+    batched = [stacked(i) for i in range(len(args))]
+    per = slices
+    problems = []
+    if CHECK == "jvp_of_vmap":
+        # each tangent batched like its primal (batch moved to 0); per-slice jvps as the reference
+        batched_idx = [i for i in idx if dims[i] is not None]
+        prim = {i: batched[i].movedim(dims[i] % (args[i].dim() + 1), 0) if i in batched_idx
+                else batched[i] for i in idx}
+        tangents = {i: torch.stack(randn_like_all([args[i]] * size, f"t{i}"), 0) if i in batched_idx
+                    else randn_like_all([args[i]], f"t{i}")[0] for i in idx}
+        in_dims = tuple((0 if i in batched_idx else None) if i in idx else dims[i] for i in range(len(args)))
+
+        def g(*xs):
+            full = list(batched)
+            for i, x in zip(idx, xs):
+                full[i] = x
+            return torch.func.vmap(lambda *a: restricted(a, [])(), in_dims=in_dims)(*full)
+
+        _, actual = torch.func.jvp(g, tuple(prim[i] for i in idx), tuple(tangents[i] for i in idx))
+        loops = []
+        for b in range(size):
+            a = [slice_of(b, i) for i in range(len(args))]
+            for i in idx:
+                a[i] = prim[i][b] if i in batched_idx else prim[i]
+            ts = tuple(tangents[i][b] if i in batched_idx else tangents[i] for i in idx)
+            loops.append(as_tuple(torch.func.jvp(restricted(a, idx), tuple(a[i] for i in idx), ts)[1]))
+        expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
+        return compare("jvp of vmap vs loop of per-slice jvps", as_tuple(actual), expected)
+    if CHECK == "vmap_of_jvp":
+        tangents = [torch.stack(randn_like_all([args[i]] * size, f"t{i}"), 0) for i in idx]
+
+        def one(*a_and_t):
+            a, t = a_and_t[: len(args)], a_and_t[len(args):]
+            return torch.func.jvp(restricted(a, idx), tuple(a[i] for i in idx), tuple(t))[1]
+
+        in_dims = (*dims, *([0] * len(idx)))
+        actual = as_tuple(torch.func.vmap(one, in_dims=in_dims)(*batched, *tangents))
+        loops = [as_tuple(one(*[slice_of(b, i) for i in range(len(args))],
+                              *[t[b] for t in tangents])) for b in range(size)]
+        expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
+        return compare("vmap of jvp vs loop of per-slice jvps", actual, expected)
+    outs = f(*[per[0][i] for i in idx])
+    cts = [torch.stack(randn_like_all([o] * size, f"c{k}"), 0) for k, o in enumerate(outs)]
+
+    def pull(*a_and_c):
+        a, c = a_and_c[: len(args)], a_and_c[len(args):]
+        _, pb = torch.func.vjp(restricted(a, idx), *[a[i] for i in idx])
+        return tuple(pb(tuple(c)))
+
+    in_dims = (*dims, *([0] * len(cts)))
+    actual = as_tuple(torch.func.vmap(pull, in_dims=in_dims)(*batched, *cts))
+    loops = [as_tuple(pull(*[slice_of(b, i) for i in range(len(args))],
+                           *[c[b] for c in cts])) for b in range(size)]
+    expected = tuple(torch.stack([lp[k] for lp in loops]) for k in range(len(loops[0])))
+    problems += compare(f"{CHECK} (vmap over primals and cotangents of vjp) vs loop", actual, expected)
+    return problems
+'''
+
+FOOTER = """
+
+if __name__ == "__main__":
+    found = main()
+    if found:
+        print("REPRODUCED: the case fails:")
+        for p in found:
+            print(f"  - {p}")
+        sys.exit(1)
+    print("not reproduced: the transform matches the reference here")
+    sys.exit(0)
+"""
