@@ -25,7 +25,7 @@ from autograd_function_db.entry import (
 from autograd_function_db.hazards import find_hazards, safe_batch_sizes, sample_dim_sizes
 from harness.core.errors import UsageError
 from harness.core.options import Options
-from harness.plans.pytree_args import leaves, map_leaves
+from harness.plans.pytrees import leaves, map_leaves
 from harness.plans.slices import derive_seed
 
 

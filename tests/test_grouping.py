@@ -6,7 +6,7 @@ import io
 
 import expecttest
 
-from harness.cli.main import print_summary
+from harness.cli.run import print_summary
 from harness.core.results import CaseResult, RunResult
 from harness.reports import html as html_report
 from harness.reports import report

@@ -220,7 +220,9 @@ def test_control_characters_and_markup_are_neutralised_everywhere(tmp_path, caps
     from harness.cli.check import print_check_summary
 
     print_check_summary(r)
-    cli.print_summary(r)
+    from harness.cli.run import print_summary
+
+    print_summary(r)
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\udc80" not in out
     assert "\\x1b[31mred" in out
@@ -366,13 +368,14 @@ def test_the_output_folder_replaced_by_a_file_mid_run(tmp_path, capsys):
     folder = tmp_path / "out"
     folder.mkdir()
     _ReplacesParent.folder = folder
-    from harness.cli.main import execute, options_from_args
+    from harness.cli.common import check_output_paths, options_from_args
+    from harness.cli.run import execute
     from harness.entries import make_entry
 
     parser = cli.build_parser()
     args = parser.parse_args(["run", "--checks", "vmap", "--json", str(folder / "r.json")])
     args.argv, args.command = [], "run"
-    cli.check_output_paths(args)
+    check_output_paths(args)
     entry = make_entry(_ReplacesParent, hs.samples)
     execute([entry], options_from_args(args), args, source="user")
     out, err = capsys.readouterr()

@@ -23,7 +23,7 @@ from harness.checks.compare import (
 from harness.checks.contract import RuleCall, validate_call
 from harness.cli.main import main
 from harness.engine.blame import internal_message
-from harness.plans.pytrees import structure
+from harness.plans.pytrees import output_structure
 
 ROOT = Path(__file__).resolve().parent.parent
 ROT = ROOT / "examples" / "rotations.py"
@@ -167,7 +167,7 @@ vmap rule of Rotate (info.batch_size=4, in_dims=(0,)) returned 2 output(s) as a 
         stats = {"mean": torch.zeros(4, 1), "var": torch.zeros(4, 1)}
         forward = (torch.zeros(5), {"mean": torch.zeros(1), "var": torch.zeros(1)})
         leaves = (torch.zeros(5), torch.zeros(1), torch.zeros(1))
-        spec = structure(forward)
+        spec = output_structure(forward)
         calls = [
             RuleCall(4, (0,), ((torch.zeros(4, 5), stats), (0, {"mean": 0, "var": 1}))),
             RuleCall(4, (0,), ((torch.zeros(4, 5), stats), (0, 0, 0))),

@@ -16,7 +16,7 @@ from harness.plans.pytrees import (
     flat_kind,
     kind_count,
     leaf_names,
-    leaves,
+    output_leaves,
     output_name,
     spec_names,
 )
@@ -125,7 +125,7 @@ def nonfinite_message(kinds: str, where: str) -> str:
 def nonfinite_outputs(outputs: Any) -> str:
     """ "" when every floating leaf of ``outputs`` is finite, else the advice naming the first
     leaf that is not (``the sample gives non-finite outputs (NaN in output 0): ...``)."""
-    for name, leaf in zip(leaf_names(outputs), leaves(outputs)):
+    for name, leaf in zip(leaf_names(outputs), output_leaves(outputs)):
         if isinstance(leaf, torch.Tensor):
             kinds = nonfinite_phrase(leaf.detach())
             if kinds:

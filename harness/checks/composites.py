@@ -26,8 +26,6 @@ from harness.checks.autodiff_refs import (
     Watch,
     _all_outputs,
     attempt,
-    eager_jvp,
-    eager_vjp,
     random_like,
     restricted,
     sample_view,
@@ -37,6 +35,7 @@ from harness.checks.catalogue import (
     ReferenceRaised,
     Unsupported,
 )
+from harness.checks.references import eager_jvp, eager_vjp
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from harness.plans.plan import (

@@ -23,9 +23,18 @@ from harness.checks.catalogue import CaseContext, CheckFailure, CheckSpec, needs
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from harness.plans.plan import ArgLayout, Plan, nested_plans, single_level_plans
-from harness.plans.pytree_args import dim_at, fmt, leaves, map_leaves
-from harness.plans.pytree_args import structure as arg_structure
-from harness.plans.pytrees import FlatCall, describe_structure, is_flat, leaf_names, structure
+from harness.plans.pytrees import (
+    FlatCall,
+    arg_structure,
+    describe_structure,
+    dim_at,
+    fmt,
+    is_flat,
+    leaf_names,
+    leaves,
+    map_leaves,
+    output_structure,
+)
 from harness.plans.slices import build_batched_args
 
 
@@ -172,9 +181,9 @@ def validate_call(
     outs = as_tuple(outputs)
     names = leaf_names(outputs)
     nested = not is_flat(outputs) or (spec is not None and not _flat_spec(spec))
-    if nested and spec is not None and structure(outputs) != spec:
+    if nested and spec is not None and output_structure(outputs) != spec:
         return [
-            f"{where} returned outputs structured as {describe_structure(structure(outputs))}; "
+            f"{where} returned outputs structured as {describe_structure(output_structure(outputs))}; "
             f"forward returns {describe_structure(spec)}"
         ]
     if isinstance(outputs, (tuple, list)) != returned_tuple or len(outs) != len(reference):
@@ -184,11 +193,11 @@ def validate_call(
             f"{len(reference)}{' as a tuple' if returned_tuple else ''}"
         ]
     if nested:
-        flat_dims = pytree._broadcast_to_and_flatten(out_dims, structure(outputs))
+        flat_dims = pytree._broadcast_to_and_flatten(out_dims, output_structure(outputs))
         if flat_dims is None:
             return [
                 f"{where} returned out_dims {out_dims!r}, which does not match the outputs' "
-                f"structure {describe_structure(structure(outputs))}: give one int or None "
+                f"structure {describe_structure(output_structure(outputs))}: give one int or None "
                 "per output, or per leaf in the same structure"
             ]
         return _leaf_problems(where, call, outs, list(flat_dims), reference, names)
@@ -283,7 +292,7 @@ def run_contract(ctx: CaseContext) -> str | None:
     reference, _ = loop_reference(fn, plan, ctx.slices, reuse=("forward", entry.call))
     # One slice's outputs fix count, structure, dtypes and devices.
     one = entry.call(*ctx.slices.args())
-    per_slice_ref, spec = as_tuple(one), structure(one)
+    per_slice_ref, spec = as_tuple(one), output_structure(one)
     returned_tuple = isinstance(one, (tuple, list))
     out_dims = concrete_out_dims(plan, reference, True)
     args = build_batched_args(plan, ctx.slices)

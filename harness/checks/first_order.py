@@ -18,24 +18,26 @@ from harness.checks.autodiff_refs import (
     Findings,
     Watch,
     _close,
-    _identity_problems,
-    _subsets,
     attempt,
     diff_view,
     eager_protocol,
-    eager_vjp,
-    fd_jacobian,
     is_custom,
-    jacobian_fits,
     noncontiguous,
     random_like,
-    reference_jacobian,
-    require_jacobian_budget,
     restricted,
 )
 from harness.checks.catalogue import (
     CaseContext,
     Unsupported,
+)
+from harness.checks.references import (
+    _identity_problems,
+    _subsets,
+    eager_vjp,
+    fd_jacobian,
+    jacobian_fits,
+    reference_jacobian,
+    require_jacobian_budget,
 )
 
 

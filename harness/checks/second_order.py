@@ -31,13 +31,9 @@ from harness.checks.autodiff_refs import (
     DiffView,
     Findings,
     Watch,
-    _identity_problems,
     attempt,
     diff_view,
     eager_protocol,
-    eager_vjp,
-    fd_jacobian,
-    grad_where_connected,
     is_custom,
     random_like,
     restricted,
@@ -46,6 +42,12 @@ from harness.checks.catalogue import (
     CaseContext,
 )
 from harness.checks.first_order import either_reference
+from harness.checks.references import (
+    _identity_problems,
+    eager_vjp,
+    fd_jacobian,
+    grad_where_connected,
+)
 
 EAGER_DOUBLE_BACKWARD = (
     "eager double backward (torch.autograd.grad twice with create_graph=True, gradient=custom)"

@@ -30,7 +30,7 @@ BACKEND_EXPECTATIONS = PACKAGE_DIR / "known_failures" / "backends"
 
 
 def add_parsers(sub: Any) -> None:
-    from harness.cli.main import add_common_options
+    from harness.cli.common import add_common_options
 
     p = sub.add_parser(
         "certify",
@@ -259,7 +259,8 @@ def certify(
     """Run the certification described by ``args`` on ``backend``; (certificate, result)."""
     from harness.certify.backends import BackendEntry, import_modules, reclassify
     from harness.certify.certificate import build
-    from harness.cli.main import execute, options_from_args, print_summary
+    from harness.cli.common import options_from_args
+    from harness.cli.run import execute, print_summary
     from harness.sources import load_source, options_for_source, select_entries
 
     imports = import_modules(backend.imports)
@@ -350,7 +351,7 @@ def print_areas(cert: dict[str, Any], out: Any = None) -> None:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from harness.cli.main import check_output_paths
+    from harness.cli.common import check_output_paths
 
     backend = backend_from_args(args)
     if backend is None:

@@ -16,14 +16,8 @@ import sys
 from collections import Counter
 from typing import Any
 
-from harness.cli.main import (
-    CliError,
-    add_common_options,
-    check_output_paths,
-    execute,
-    options_from_args,
-    worker_count,
-)
+from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
+from harness.cli.run import execute, worker_count
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
 from harness.core.textsafe import visible
@@ -327,7 +321,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         options = options.replace(plan_cap=args.plan_cap)
     if ",hazard=" in args.case_id:  # a hazard-probe case exists only with the probe on
         options = options.replace(hazard_probe=True)
-    from harness.cli.main import parse_int_list
+    from harness.cli.common import parse_int_list
 
     if args.batch_size:
         options = options.replace(batch_sizes=parse_int_list(args.batch_size, "--batch-size"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli.main import CliError
+from harness.cli.common import CliError
 from harness.core.results import CaseResult, RunResult
 
 #: Metadata that must agree for shard reports to be one run.
@@ -93,7 +93,8 @@ def merge(reports: list[tuple[str, dict[str, Any]]]) -> RunResult:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.cli.main import check_output_paths, print_summary, write_reports
+    from harness.cli.common import check_output_paths, write_reports
+    from harness.cli.run import print_summary
     from harness.core.schema import read_report
 
     check_output_paths(args)

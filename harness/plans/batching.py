@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from harness.plans.plan import MID, Plan, normalize_dim, resolve_out_dim
-from harness.plans.pytrees import leaves as output_leaves
+from harness.plans.pytrees import output_leaves
 from harness.plans.slices import PlanSlices, SliceSource
 
-#: A Function's outputs as the flat tuple of their pytree leaves (``pytrees.leaves``).
+#: A Function's outputs as the flat tuple of their pytree leaves (``pytrees.output_leaves``).
 as_tuple = output_leaves
 
 

@@ -36,7 +36,7 @@ import torch
 
 from autograd_function_db.entry import Sample
 from harness.plans.pairwise import exhaustive_rows, pairwise_rows
-from harness.plans.pytree_args import (
+from harness.plans.pytrees import (
     Address,
     fmt,
     get_at,

@@ -1,4 +1,18 @@
-"""A Function's outputs as a pytree: flat leaves for the checks, readable paths for messages.
+"""Pytrees: tensors inside the arguments a Function takes and the outputs it returns.
+
+Arguments (``leaves``, ``map_leaves``, ``arg_structure``, ...): leaves, addresses and in_dims
+pytrees.
+
+``torch.func.vmap`` takes ``in_dims`` as a pytree with the structure of the
+arguments (a prefix of it: ``None`` for a whole container is allowed), and the
+vmap staticmethod receives ``in_dims`` with exactly the arguments' structure.
+The harness batches each tensor leaf on its own, so a leaf is named by its
+*address*: the argument position followed by the keys down to the leaf
+(``(1, 0)`` is element 0 of the tuple that is argument 1). Only plain tuples,
+lists and dicts are containers here (the pytree types ``in_dims`` supports).
+
+Outputs (``output_leaves``, ``output_structure``, ``FlatCall``, ...): flat leaves for the
+checks, readable paths for messages.
 
 A Function may return a tensor, a tuple or list of them, or any nesting of tuples, lists
 and dicts (a normalisation that also returns ``{"mean": ..., "var": ...}``). Every check
@@ -9,11 +23,97 @@ the plain names ``output 0``, ``output 1``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+
+Keys = tuple[Any, ...]
+Address = tuple[Any, ...]  # (argument position, *keys)
+
+
+def is_container(x: Any) -> bool:
+    return type(x) in (tuple, list) or type(x) is dict
+
+
+def leaves(x: Any, prefix: Keys = ()) -> Iterator[tuple[Keys, Any]]:
+    """(keys, value) for every leaf of ``x``, depth first; a non-container is one leaf."""
+    if type(x) in (tuple, list):
+        for k, v in enumerate(x):
+            yield from leaves(v, (*prefix, k))
+    elif type(x) is dict:
+        for k, v in x.items():
+            yield from leaves(v, (*prefix, k))
+    else:
+        yield prefix, x
+
+
+def map_leaves(x: Any, fn: Callable[[Keys, Any], Any], prefix: Keys = ()) -> Any:
+    """``x`` rebuilt with every leaf replaced by ``fn(keys, leaf)`` (same container types)."""
+    if type(x) in (tuple, list):
+        return type(x)(map_leaves(v, fn, (*prefix, k)) for k, v in enumerate(x))
+    if type(x) is dict:
+        return {k: map_leaves(v, fn, (*prefix, k)) for k, v in x.items()}
+    return fn(prefix, x)
+
+
+def get_at(x: Any, keys: Keys) -> Any:
+    for k in keys:
+        x = x[k]
+    return x
+
+
+def dim_at(spec: Any, keys: Keys) -> Any:
+    """The batch dim an in_dims pytree gives the leaf at ``keys`` (a ``None``/int prefix
+    applies to everything below it)."""
+    for k in keys:
+        if spec is None or isinstance(spec, (int, str)):
+            return spec
+        spec = spec[k]
+    return spec
+
+
+def tensor_leaves(x: Any) -> list[tuple[Keys, torch.Tensor]]:
+    return [(k, v) for k, v in leaves(x) if isinstance(v, torch.Tensor)]
+
+
+def clone_tensors(x: Any) -> Any:
+    """Fresh copies of every tensor leaf (plain values are shared)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    return map_leaves(x, lambda _, v: v.detach().clone() if isinstance(v, torch.Tensor) else v)
+
+
+def fmt(spec: Any) -> str:
+    """An in_dims pytree as the case id shows it: ``(0,(None,1))``, ``[0,-1]``, ``{a:0,b:None}``."""
+    if spec is None:
+        return "None"
+    if type(spec) is tuple:
+        inner = ",".join(fmt(v) for v in spec)
+        return f"({inner},)" if len(spec) == 1 else f"({inner})"
+    if type(spec) is list:
+        return "[" + ",".join(fmt(v) for v in spec) + "]"
+    if type(spec) is dict:
+        return "{" + ",".join(f"{k}:{fmt(v)}" for k, v in spec.items()) + "}"
+    return str(spec)
+
+
+def arg_structure(x: Any) -> Any:
+    """The container skeleton of ``x`` with every leaf replaced by ``"*"`` (for comparisons)."""
+    return map_leaves(x, lambda _k, _v: "*")
+
+
+def jsonable(spec: Any) -> Any:
+    """An in_dims pytree for JSON (tuples become lists; dict keys strings)."""
+    if type(spec) in (tuple, list):
+        return [jsonable(v) for v in spec]
+    if type(spec) is dict:
+        return {str(k): jsonable(v) for k, v in spec.items()}
+    return spec
+
+
+# --- outputs --------------------------------------------------------------------------------
 
 
 def _top(out: Any) -> Any:
@@ -21,7 +121,7 @@ def _top(out: Any) -> Any:
     return out if isinstance(out, (tuple, list)) else (out,)
 
 
-def leaves(out: Any) -> tuple[Any, ...]:
+def output_leaves(out: Any) -> tuple[Any, ...]:
     """Every leaf of the outputs, in pytree order (a single tensor gives a 1-tuple)."""
     if isinstance(out, torch.Tensor):  # the common cases, without pytree's flattening
         return (out,)
@@ -34,7 +134,7 @@ def leaves(out: Any) -> tuple[Any, ...]:
     return tuple(pytree.tree_leaves(_top(out)))
 
 
-def structure(out: Any) -> pytree.TreeSpec:
+def output_structure(out: Any) -> pytree.TreeSpec:
     """The outputs' structure as returned (one tensor and a 1-tuple differ)."""
     return pytree.tree_structure(out)
 
@@ -116,9 +216,9 @@ def flat_kind(out: Any) -> Any:
 
 def _spec_of_kind(kind: Any) -> pytree.TreeSpec:
     if kind == "tensor":
-        return structure(0)
+        return output_structure(0)
     container, n = kind
-    return structure(container([0] * n))
+    return output_structure(container([0] * n))
 
 
 class FlatCall:
@@ -144,8 +244,8 @@ class FlatCall:
         kind = flat_kind(out)
         self._kind = kind
         if kind is None:
-            self._spec = structure(out)
-            return leaves(out)
+            self._spec = output_structure(out)
+            return output_leaves(out)
         self._spec = None
         return (out,) if kind == "tensor" else tuple(out)
 

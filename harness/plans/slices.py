@@ -17,7 +17,7 @@ import torch
 
 from autograd_function_db.entry import Sample
 from harness.plans.plan import LevelPlan, Plan, normalize_dim
-from harness.plans.pytree_args import (
+from harness.plans.pytrees import (
     Address,
     Keys,
     clone_tensors,

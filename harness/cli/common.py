@@ -1,0 +1,296 @@
+"""What every command shares: the common options, their parsing, and the report files they write.
+
+Output paths are checked before a run starts (a bad one is one line, exit 2, before any
+case runs); a report that could not be written is one line after the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+import torch
+
+from harness.core.errors import UsageError
+from harness.core.options import DTYPES, Options
+from harness.core.results import RunResult
+
+
+class CliError(UsageError):
+    pass
+
+
+# --- option parsing shared by the subcommands -----------------------------------------
+
+
+def parse_int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace(",", " ").split())
+    except ValueError:
+        raise CliError(f"{what} must be integers, e.g. 2 or 2,3; got {text!r}") from None
+    if not values or any(v < 2 for v in values):
+        raise CliError(
+            f"{what} must be integers >= 2 (a batch of 1 hides batching bugs); got {text!r}"
+        )
+    return values
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--checks", help="comma-separated check names (default: all); see `afdb list --checks`"
+    )
+    p.add_argument("--device", default="cpu", help="device for the samples (default: cpu)")
+    p.add_argument(
+        "--dtype", default="float32", help=f"one of {', '.join(DTYPES)} (default: float32)"
+    )
+    p.add_argument("--batch-size", help="batch size(s) for one vmap level, e.g. 2 or 2,4")
+    p.add_argument("--nested-batch-sizes", help="batch sizes per nested level, e.g. 2,3")
+    p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default: 0)")
+    p.add_argument(
+        "--plan-cap",
+        type=int,
+        default=16,
+        help="max in_dims plans per sample and level before the covering strategy",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=None, help="seconds per case before it counts as timeout"
+    )
+    p.add_argument("--expectations", help="expectations file (xfail/skip per case id)")
+    p.add_argument("--json", help="write the JSON report here")
+    p.add_argument("--markdown", help="write the Markdown report here")
+    p.add_argument("--html", help="write the HTML report here")
+    p.add_argument("--junit", help="write JUnit XML here")
+    p.add_argument(
+        "-n",
+        dest="workers",
+        default=None,
+        help="run cases in N worker processes, or auto (the physical cores); 0: in this process",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    p.add_argument(
+        "--hazard-probe",
+        action="store_true",
+        help="also run vmap_hazard: batch sizes equal to sample dim sizes, which catch rules that "
+        "find the batch dim by its size (off by default: a collision can hide a misplaced dim)",
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    from harness.checks.catalogue import check_names
+    from harness.engine.parallel import parse_workers
+
+    parse_workers(getattr(args, "workers", None))  # a bad -n is refused before anything prints
+    if getattr(args, "shard", None):
+        from harness.engine.shard import Shard, baseline_durations
+
+        Shard.parse(args.shard)
+        if getattr(args, "shard_durations", None):
+            baseline_durations(args.shard_durations, "")  # an unreadable file: refused now
+    if getattr(args, "expectations", None):
+        from harness import expectations as ex
+
+        try:
+            ex.load(args.expectations)
+        except ex.ExpectationsError as e:
+            raise CliError(str(e)) from None
+    checks = None
+    if args.checks:
+        checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
+        known = check_names()
+        for c in checks:
+            if c not in known:
+                raise CliError(f"unknown check {c!r}; known checks: {', '.join(known)}")
+    if args.dtype is not None and args.dtype not in DTYPES:
+        raise CliError(f"unknown dtype {args.dtype!r}; use one of {', '.join(DTYPES)}")
+    if args.device != "cpu":
+        try:
+            torch.empty(0, device=args.device)
+        except Exception as e:
+            raise CliError(
+                f"device {args.device!r} is not usable here ({str(e).splitlines()[0]})"
+            ) from None
+    opts = Options(
+        checks=checks,
+        seed=args.seed,
+        dtype=DTYPES[args.dtype] if args.dtype is not None else None,
+        device=args.device,
+        plan_cap=args.plan_cap,
+        timeout_s=args.timeout,
+        hazard_probe=bool(getattr(args, "hazard_probe", False)),
+    )
+    if args.batch_size:
+        opts = opts.replace(batch_sizes=parse_int_list(args.batch_size, "--batch-size"))
+    if args.nested_batch_sizes:
+        sizes = parse_int_list(args.nested_batch_sizes, "--nested-batch-sizes")
+        if len(set(sizes)) != len(sizes) or len(sizes) < 2:
+            raise CliError("--nested-batch-sizes needs two or more different sizes, e.g. 2,3")
+        opts = opts.replace(nested_batch_sizes=sizes)
+    if args.plan_cap < 1:
+        raise CliError("--plan-cap must be >= 1")
+    if args.timeout is not None and args.timeout <= 0:
+        raise CliError("--timeout must be a positive number of seconds")
+    return opts
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse an unwritable report path before running anything."""
+    import os
+
+    for flag in ("json", "markdown", "html", "junit"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        parent = os.path.dirname(os.path.abspath(path)) or "."
+        if os.path.isdir(path):
+            raise CliError(f"--{flag} {path}: is a directory; give a file path")
+        probe = parent
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            raise CliError(f"--{flag} {path}: {probe} is a file, not a directory")
+        if not os.access(probe, os.W_OK):
+            raise CliError(f"--{flag} {path}: cannot write there (no permission on {probe})")
+        from harness.core.safe_io import output_target
+
+        try:  # a device, a FIFO: refused now, not after the run
+            output_target(path)
+        except UsageError as e:
+            raise CliError(f"--{flag} {e}") from None
+        # absolute now: a Function that changes the working directory cannot move the reports
+        setattr(args, flag, os.path.abspath(path))
+
+
+def keep_previous_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
+    """An interrupted run keeps each earlier report it would replace, as NAME.previous.EXT.
+
+    A partial report must not silently take the place of a complete one; the
+    partial report is written to the path asked for, and the earlier file stays
+    beside it (one line each says so). An earlier report that was itself
+    interrupted (its JSON, Markdown or HTML says so) is simply replaced.
+    """
+    import os
+
+    if not result.metadata.get("interrupted"):
+        return []
+    lines = []
+    for flag in ("json", "markdown", "html", "junit"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if not os.path.isfile(real) or os.path.getsize(real) == 0:
+            continue
+        if _is_interrupted_report(real, flag):
+            continue
+        stem, ext = os.path.splitext(real)
+        kept = f"{stem}.previous{ext}"
+        try:
+            os.replace(real, kept)
+        except OSError as e:
+            raise CliError(
+                f"--{flag} {path}: the run was interrupted and the earlier report could not be "
+                f"kept as {kept} ({e.strerror}); nothing was written over it"
+            ) from None
+        lines.append(
+            f"interrupted: the earlier {path} is kept as {kept}; {path} holds this partial run"
+        )
+    return lines
+
+
+#: How a Markdown or HTML report of an interrupted run says so (see harness/reports/report.py and html.py).
+_INTERRUPTED_MARKS = {"markdown": "> **Interrupted**", "html": '<p class="interrupted">'}
+
+
+def _is_interrupted_report(path: str, flag: str) -> bool:
+    """The file at ``path`` is a report of an interrupted run (JUnit XML does not say)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if flag == "json":
+                return bool(json.load(f)["metadata"]["interrupted"])
+            mark = _INTERRUPTED_MARKS.get(flag)
+            return mark is not None and mark in f.read(1 << 16)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False
+
+
+def write_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
+    """Write every report asked for; return one line per write that failed (disk full, ...).
+
+    One failed write does not stop the others; the caller prints the summary first, then
+    these lines, and exits 2, so the results are never lost to an I/O error.
+    """
+    from harness.reports import report
+
+    for line in keep_previous_reports(result, args):
+        print(line, file=sys.stderr)
+    failed: list[str] = []
+
+    def attempt(flag: str, path: str, write: Callable[[RunResult, str], None]) -> None:
+        try:
+            write(result, path)
+        except OSError as e:
+            failed.append(f"--{flag} {path}: could not write the report ({e.strerror or e})")
+        except UsageError as e:
+            failed.append(f"--{flag} {e}")
+
+    if getattr(args, "json", None):
+        attempt("json", args.json, report.write_json)
+    if getattr(args, "markdown", None):
+        attempt("markdown", args.markdown, report.write_markdown)
+    for flag, module, fn in (
+        ("html", "harness.reports.html", "write_html"),
+        ("junit", "harness.reports.junit", "write_junit"),
+    ):
+        path = getattr(args, flag, None)
+        if path:
+            attempt(flag, path, getattr(importlib.import_module(module), fn))
+    return failed
+
+
+def report_write_failures(args: argparse.Namespace, failed: Sequence[str]) -> None:
+    """After the summary: one line per failed write (``args.write_failures`` makes it exit 2)."""
+    args.write_failures = list(failed)
+    for line in failed:
+        print(f"afdb {getattr(args, 'command', '')}: error: {line}", file=sys.stderr)
+
+
+def apply_expectations(
+    result: RunResult, path: str | None, known_entries: set[str] | None = None
+) -> list[str]:
+    """Apply the expectations file to the results; return warnings (unmatched ids).
+
+    An expectation is stale when it names an entry the source does not have
+    (``known_entries``), or an entry and check this run covered without a match;
+    entries and checks the selection left out say nothing about it.
+    """
+    if not path:
+        return []
+    from harness import expectations as ex
+
+    try:
+        exps = ex.load(path)
+    except ex.ExpectationsError as e:
+        raise CliError(str(e)) from None
+    for r in result.cases:
+        ex.apply(exps, r)
+    covered = {(c.entry, c.check) for c in result.cases if c.sample is not None}
+    ran = {e for e, _ in covered}
+    known = known_entries if known_entries is not None else {c.entry for c in result.cases}
+
+    def stale(exp_id: str) -> bool:
+        parts = exp_id.split("/")
+        if parts[0] not in known:
+            return True
+        return parts[0] in ran and (len(parts) < 2 or (parts[0], parts[1]) in covered)
+
+    unmatched = [e for e in exps.unmatched([c.id for c in result.cases]) if stale(e.id)]
+    result.metadata["expectations"] = path
+    result.metadata["unmatched_expectations"] = [e.id for e in unmatched]
+    return [f"expectation {e.id!r} matches no case in this run" for e in unmatched]
+
+
+# --- printing ---------------------------------------------------------------------------

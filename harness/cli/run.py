@@ -1,0 +1,297 @@
+"""``afdb run`` and ``afdb list``, and ``execute``, which every running command shares.
+
+``execute`` runs the cases in-process or in workers, applies the expectations, writes the
+reports and prints the progress and the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from harness.cli.common import (
+    CliError,
+    apply_expectations,
+    check_output_paths,
+    options_from_args,
+    report_write_failures,
+    write_reports,
+)
+from harness.core.options import Options
+from harness.core.results import CaseResult, RunResult
+from harness.core.textsafe import visible
+
+
+class Progress:
+    """One line per entry as its results arrive (or nothing with --quiet).
+
+    The time shown is the sum of the entry's case durations, which means the same
+    in-process and under workers (where results arrive all at once at the end).
+    """
+
+    def __init__(self, quiet: bool, expectations: Any = None) -> None:
+        self.quiet = quiet
+        #: Statuses are counted after these expectations (an expected failure is xfail,
+        #: as in the summary); the results themselves are changed later, once.
+        self.expectations = expectations
+        self.current: str | None = None
+        self.counts: dict[str, int] = {}
+        self.seconds = 0.0
+
+    def __call__(self, r: CaseResult) -> None:
+        if r.entry != self.current:
+            self.flush()
+            self.current = r.entry
+        status = r.status
+        if self.expectations is not None:
+            import dataclasses
+
+            from harness.expectations import apply
+
+            status = apply(self.expectations, dataclasses.replace(r)).status
+        self.counts[status] = self.counts.get(status, 0) + 1
+        self.seconds += r.duration_s
+
+    def flush(self) -> None:
+        if self.current is not None and not self.quiet:
+            from harness.core.results import STATUSES
+
+            order = {s: i for i, s in enumerate(STATUSES)}
+            ranked = sorted(self.counts.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
+            parts = ", ".join(f"{n} {s}" for s, n in ranked)
+            name = visible(self.current, keep_newlines=False)
+            print(f"{name}: {parts} ({self.seconds:.1f}s in cases)", flush=True)
+        self.counts = {}
+        self.seconds = 0.0
+
+
+def print_summary(result: RunResult, out: Any = None) -> None:
+    out = out or sys.stdout
+    from harness.reports.report import status_cell
+
+    matrix = result.matrix()
+    checks: list[str] = []
+    for per in matrix.values():
+        checks.extend(c for c in per if c not in checks)
+    width = max([len(e) for e in matrix] + [5])
+    print("", file=out)
+    for entry, per in matrix.items():
+        bad = {
+            c: cnt
+            for c, cnt in per.items()
+            if any(s in cnt for s in ("internal", "fail", "error", "xpass", "timeout", "crash"))
+        }
+        if bad:
+            cells = "; ".join(f"{c}: {status_cell(cnt)}" for c, cnt in bad.items())
+            print(f"{visible(entry, keep_newlines=False):<{width}}  {cells}", file=out)
+    from harness.reports.grouping import failure_groups, terminal_lines
+
+    for line in terminal_lines(
+        failure_groups(result.cases), limit=20, message_chars=500, message_lines=1
+    ):
+        print(line, file=out)
+    print(f"{result.verdict}: {result.summary_line()}", file=out)
+
+
+# --- afdb list --------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.checks.catalogue import CHECKS, check_names
+    from harness.sources import load_source
+
+    if args.checks:
+        check_names()
+        for name, spec in CHECKS.items():
+            if not spec.catalogue:  # afdb certify's backend checks
+                continue
+            print(f"{name:<14} [{spec.family}] {spec.description} (reference: {spec.reference})")
+        return 0
+    entries = load_source(args.source)
+    if args.axes:
+        from autograd_function_db import axes  # type: ignore[attr-defined]
+
+        for axis, names in axes.coverage(entries).items():
+            print(f"{axis:<34} {len(names):>3}  {', '.join(names)}")
+        return 0
+    for e in entries:
+        caps = e.caps.describe()
+        if e.gradient != "derivative":
+            caps.append(f"gradient={e.gradient}")
+        print(f"{e.name:<22} {', '.join(caps)}")
+        if args.verbose:
+            print(f"{'':<22} tags: {', '.join(sorted(e.tags))}")
+    print(f"{len(entries)} entries")
+    return 0
+
+
+# --- afdb run ---------------------------------------------------------------------------
+
+
+def execute(
+    entries: Sequence[Any],
+    options: Options,
+    args: argparse.Namespace,
+    *,
+    source: str,
+    target: Any = None,
+    summary: Callable[[RunResult], None] | None = None,
+    known_entries: set[str] | None = None,
+) -> RunResult:
+    """Run the cases in-process or in workers, apply expectations, write reports, print.
+
+    ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
+    ``summary`` replaces the default printed summary; ``known_entries`` are all the
+    source's entry names (for telling a stale expectation from an unselected one).
+    """
+    from harness.engine.metadata import run_metadata
+    from harness.engine.runner import run_entries
+
+    started = time.time()
+    from harness import expectations as ex
+
+    expectations = None
+    if getattr(args, "expectations", None):
+        try:
+            expectations = ex.load(args.expectations)
+        except ex.ExpectationsError as e:
+            raise CliError(str(e)) from None
+    progress = Progress(args.quiet, expectations)
+    workers = worker_count(args)
+    interrupted = False
+    only, shard_note = shard_selection(entries, options, args, source)
+    cases: list[CaseResult] = []
+    if workers:
+        from harness.engine.parallel import run_parallel
+
+        try:
+            run_parallel(
+                entries,
+                options,
+                workers,
+                source=source,
+                target=target,
+                progress=progress,
+                expectations=getattr(args, "expectations", None),
+                skip=(lambda case: ex.skip_result(expectations, case)) if expectations else None,
+                collect=cases,
+                only=only,
+                backend=getattr(args, "backend_spec", None),
+            )
+        except KeyboardInterrupt:
+            interrupted = True
+    else:
+
+        def select(case: Any) -> bool:
+            if only is not None and case.id not in only:
+                return False
+            if expectations is not None:
+                skipped = ex.skip_result(expectations, case)  # recorded, not run
+                if skipped is not None:
+                    cases.append(skipped)
+                return skipped is None
+            return True
+
+        try:
+            cases = run_entries(
+                entries, options, progress=progress, target=target, select=select, collect=cases
+            )
+        except KeyboardInterrupt:
+            interrupted = True
+        if only is not None:
+            cases[:] = [c for c in cases if c.id in only]
+    progress.flush()
+    argv = getattr(args, "argv", None)
+    command = ["afdb", *argv] if argv is not None else None
+    result = RunResult(
+        cases,
+        run_metadata(
+            options,
+            started=started,
+            source=source,
+            target=str(target or "") or None,
+            command=command,
+        ),
+    )
+    if hasattr(target, "to_dict"):
+        result.metadata["target_spec"] = target.to_dict()
+    result.metadata["interrupted"] = interrupted
+    if shard_note is not None:
+        result.metadata["shard"] = shard_note
+    warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
+    for warning in warnings:
+        print(f"warning: {visible(warning)}", file=sys.stderr)
+    failed = write_reports(result, args)
+    (summary or print_summary)(result)
+    report_write_failures(args, failed)
+    return result
+
+
+def worker_count(args: argparse.Namespace) -> int:
+    """Worker processes for this command: ``-n`` as given (auto: the physical cores), else
+    one for ``afdb check`` (isolation by default) and none (in this process) for ``afdb run``."""
+    from harness.engine.parallel import parse_workers
+
+    n = parse_workers(getattr(args, "workers", None))
+    if n is None:
+        return 1 if getattr(args, "isolate", False) else 0
+    return n
+
+
+def shard_selection(
+    entries: Sequence[Any], options: Options, args: argparse.Namespace, source: str
+) -> tuple[set[str] | None, dict[str, Any] | None]:
+    """The case ids of ``--shard K/N`` (None: every case) and what the report records about it."""
+    text = getattr(args, "shard", None)
+    if not text:
+        return None, None
+    from harness.engine import shard
+    from harness.engine.parallel import _enumerate
+
+    spec = shard.Shard.parse(text)
+    _, cases, early = _enumerate(entries, options)
+    ids = [*early, *(c.id for c in cases)]
+    durations, baseline = shard.baseline_durations(getattr(args, "shard_durations", None), source)
+    shard_of = shard.assign(ids, spec.count, durations)
+    only = {i for i, s in zip(ids, shard_of) if s == spec.index - 1}
+    note = {
+        "index": spec.index,
+        "count": spec.count,
+        "balanced_by": f"durations in {baseline}" if baseline else "case counts",
+        "total_cases": len(ids),
+        # Each case's position in the whole run, so `afdb merge` restores the run's order.
+        "positions": [n for n, i in enumerate(ids) if i in only],
+    }
+    return only, note
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.sources import expectations_path, load_source, options_for_source, select_entries
+
+    options = options_from_args(args)
+    check_output_paths(args)
+    everything = load_source(args.source)
+    entries = select_entries(everything, args.names)
+    options = options_for_source(args.source, entries, options)
+    if args.no_expectations:
+        args.expectations = None
+    elif not args.expectations:
+        committed = expectations_path(args.source)
+        if committed is not None:
+            args.expectations = str(committed)
+            if not args.quiet:
+                print(f"using the committed expectations {committed} (--no-expectations to ignore)")
+    result = execute(
+        entries, options, args, source=args.source, known_entries={e.name for e in everything}
+    )
+    if getattr(args, "write_failures", None):
+        return 2  # the summary was printed; a report the user asked for is missing
+    if result.metadata.get("interrupted"):
+        return 130
+    return result.exit_status
+
+
+# --- main -------------------------------------------------------------------------------
