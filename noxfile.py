@@ -2,7 +2,7 @@
 
     nox                                  lint and tests
     nox -s tests -- -k diff              the project's tests (arguments go to pytest)
-    nox -s lint                          ruff (check and format) and mypy
+    nox -s lint                          ruff (check and format), mypy, import-linter layers
     nox -s conformance                   the database on every torch in TORCH_VERSIONS
     nox -s "conformance(torch='2.13.0')" one torch version; reports in out/conformance/
                                          (-- --strict: fail when it regressed vs the baseline)
@@ -77,10 +77,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("-c", "constraints.txt", "ruff>=0.6", "mypy>=1.10", "numpy", "torch")
+    session.install("-c", "constraints.txt", "ruff>=0.6", "mypy>=1.10", "import-linter>=2.1")
+    session.install("-c", "constraints.txt", "-e", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    session.run("lint-imports", "--no-cache")  # the layering contracts of pyproject.toml
 
 
 @nox.session
