@@ -6,7 +6,8 @@ in two virtual environments at different paths give the same text (``afdb diff``
 reports says "no change"):
 
 * torch's files from torch's parent folder: ``torch/_functorch/vmap.py``;
-* the suite's own from its parent: ``harness/checks/vmap.py``;
+* the suite's own (``harness`` and its registry ``autograd_function_db``) from their parent,
+  installed or in a checkout alike: ``harness/checks/vmap.py``;
 * other installed packages from their ``site-packages`` folder:
   ``site-packages/roma/mappings.py``;
 * the standard library from its folder: ``stdlib/contextlib.py``;
@@ -26,6 +27,8 @@ from types import TracebackType
 from harness.core.paths import PACKAGE_DIR
 
 _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"])
+#: The suite's packages: where they live differs between a checkout and an installation.
+_SUITE_PACKAGES = (str(PACKAGE_DIR), str(PACKAGE_DIR.parent / "autograd_function_db"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,8 +51,9 @@ def relative_file(filename: str) -> str:
     torch_root = _torch_root()
     if _under(path, os.path.join(torch_root, "torch")):
         return os.path.relpath(path, torch_root).replace(os.sep, "/")
-    if _under(path, str(PACKAGE_DIR)):
-        return os.path.relpath(path, PACKAGE_DIR.parent).replace(os.sep, "/")
+    for package in _SUITE_PACKAGES:
+        if _under(path, package):
+            return os.path.relpath(path, os.path.dirname(package)).replace(os.sep, "/")
     for marker in ("site-packages", "dist-packages"):
         if marker in parts:
             i = len(parts) - 1 - parts[::-1].index(marker)
