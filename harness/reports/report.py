@@ -81,6 +81,21 @@ def code_span(text: str, *, in_table: bool = False) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+#: What a report's ``metadata.dtype`` says when every sample kept its own dtypes
+#: (``harness.core.options.SAMPLE_DTYPES``; not imported here, as that imports torch).
+SAMPLE_DTYPES = "samples"
+
+
+def dtype_text(result: RunResult) -> str:
+    """The run's dtype as a dtype: ``float32`` (never ``torch.float32``), or, when the
+    samples kept their own, the dtypes the cases ran in (``float32, float64``)."""
+    named = result.metadata.get("dtype")
+    if isinstance(named, str) and named.strip() and named != SAMPLE_DTYPES:
+        return named.strip().removeprefix("torch.")
+    found = sorted({d for c in result.cases for d in (c.dtype or "").split("+") if d.strip()})
+    return ", ".join(d.strip().removeprefix("torch.") for d in found) or "?"
+
+
 def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
@@ -336,7 +351,8 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
         "# autograd-function-db report",
         "",
         f"**{result.verdict}**: {result.summary_line()} "
-        f"(torch {md.get('torch_version', '?')}, {md.get('device', '?')}, {md.get('dtype', '?')})",
+        f"(torch {md_escape(md.get('torch_version', '?'))}, {md_escape(md.get('device', '?'))}, "
+        f"{md_escape(dtype_text(result))})",
     ]
     if md.get("interrupted"):
         lines += [
