@@ -106,8 +106,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     d = diff.diff_reports(read_json(args.old), read_json(args.new), args.old, args.new)
     _check_writable(args, ("markdown", "json"))
-    for w in d.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    from harness.core.textsafe import visible
+
+    for w in d.warnings:  # metadata of the reports: shown, never sent to the terminal
+        print(f"warning: {visible(w, keep_newlines=False)}", file=sys.stderr)
     failed: list[str] = []
     if args.markdown:
         _attempt(
