@@ -1,7 +1,7 @@
 """The HTML report in a real browser: headless Chromium renders the table, a filter set
 through the URL hash works, markup in an entry name or an error message stays text, the
-entry x check grid is drawn worst first and a click on a cell filters the case table,
-and the case table groups cases by root cause, collapsed until a group is clicked.
+entry x check grid is drawn worst first, a cell whose cases differ shows each colour in
+proportion, a click on a cell filters the case table, and the case table groups cases by root cause, collapsed until a group is clicked.
 
 Clicks are made by a copy of the report with one more inline script at its end (the
 report's own CSP allows inline scripts, and nothing else), then the DOM is dumped.
@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 
 from harness.reports.html import write_html
-from tests.test_report_support import HOSTILE_MESSAGE, HOSTILE_NAME, mixed_result
+from tests.test_report_support import HOSTILE_MESSAGE, HOSTILE_NAME, mixed_result, split_result
 
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
@@ -202,6 +202,30 @@ def test_the_case_table_groups_by_root_cause_collapsed(report_file, tmp_path):
     )
     assert [r["status"] for r in opened.rows] == ["error"] * 5
     assert {r["entry"] for r in opened.rows} == {HOSTILE_NAME}
+
+
+MEASURE_SPLIT = """
+var b = document.querySelector('#grid button.cell[data-entry="Doubler"][data-check="vmap"]');
+var parts = Array.prototype.map.call(b.children, function (i) {
+  return i.getBoundingClientRect().width.toFixed(3) + "=" + getComputedStyle(i).backgroundColor;
+});
+document.body.setAttribute("data-cell-width", b.getBoundingClientRect().width.toFixed(3));
+document.body.setAttribute("data-segments", parts.join(";"));
+"""
+
+
+def test_a_cell_whose_cases_differ_shows_each_colour_in_proportion(tmp_path):
+    path = tmp_path / "split.html"
+    write_html(split_result(), path)  # Doubler / vmap: 3 fail, 2 pass
+    page = open_page(path, "", tmp_path, then=MEASURE_SPLIT)
+    parts = [p.split("=") for p in page.body["data-segments"].split(";")]
+    widths, colours = [float(w) for w, _ in parts], [c for _, c in parts]
+    assert len(widths) == 2 and colours[0] != colours[1], parts
+    assert colours[0] == "rgb(179, 38, 30)"  # the failures' red, on the left
+    assert abs(sum(widths) - float(page.body["data-cell-width"])) < 0.5
+    assert abs(widths[0] / widths[1] - 3 / 2) < 0.1, widths
+    uniform = next(c for c in page.cells if c["data-entry"] == HOSTILE_NAME)
+    assert uniform["data-class"] == "bad" and "mixed" not in uniform["class"]
 
 
 def test_screenshot(report_file, tmp_path):

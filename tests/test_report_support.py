@@ -52,3 +52,16 @@ def mixed_result() -> RunResult:
     """A real run with passes and errors, the hostile entry among them (a fresh copy)."""
     r = _mixed()
     return RunResult.from_json_dict(r.to_json_dict())
+
+
+def split_result() -> RunResult:
+    """``mixed_result`` with three of Doubler's five vmap cases turned into failures, so the
+    grid has a cell whose cases differ (3 fail, 2 pass) beside a uniform one (5 error)."""
+    r = mixed_result()
+    cases, turned = [], 0
+    for c in r.cases:
+        if c.entry == "Doubler" and turned < 3:
+            turned += 1
+            c = type(c)(**{**c.to_dict(), "status": "fail", "message": "vmap: values differ"})
+        cases.append(c)
+    return RunResult(cases, dict(r.metadata))

@@ -286,14 +286,15 @@ def to_markdown(cert: dict[str, Any], *, max_ids: int = 30, max_unsupported: int
     for a in cert["areas"]:
         counts = ", ".join(f"{n} {s}" for s, n in a["counts"].items()) or "-"
         lines.append(
-            f"| {a['name']} | **{a['verdict']}** | {counts} | {md_escape(clip(a['note'], 200))} |"
+            f"| {md_escape(a['name'])} | **{md_escape(a['verdict'])}** | {counts} "
+            f"| {md_escape(clip(a['note'], 200))} |"
         )
     bad = [a for a in cert["areas"] if a["non_conforming"]]
     if bad:
         lines += ["", "## Non-conforming cases", ""]
         by_id = {c.id: c for c in report.cases}
         for a in bad:
-            lines += [f"### {a['name']} ({len(a['non_conforming'])})", ""]
+            lines += [f"### {md_escape(a['name'])} ({len(a['non_conforming'])})", ""]
             for cid in a["non_conforming"][:max_ids]:
                 c = by_id[cid]
                 lines.append(
@@ -311,7 +312,9 @@ def to_markdown(cert: dict[str, Any], *, max_ids: int = 30, max_unsupported: int
         lines += ["", f"## Unsupported ({len(unsupported)} entry x check; the first reason)", ""]
         for (entry, check), (reason, n) in list(unsupported.items())[:max_unsupported]:
             first = reason.splitlines()[0] if reason else ""
-            lines.append(f"- {md_escape(entry)} / {check} ({n}): {md_escape(clip(first, 240))}")
+            lines.append(
+                f"- {md_escape(entry)} / {md_escape(check)} ({n}): {md_escape(clip(first, 240))}"
+            )
         if len(unsupported) > max_unsupported:
             lines.append(f"- ... {len(unsupported) - max_unsupported} more in the JSON")
     return "\n".join(lines) + "\n"

@@ -425,8 +425,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print("note: the environment differs from the certificate's: " + "; ".join(changed_env))
     if differing:
         print(f"{len(differing)} of {len(old_status)} cases differ from the certificate:")
-        for line in differing[:50]:
-            print(f"  {line}")
+        from harness.core.textsafe import visible
+
+        for line in differing[:50]:  # ids from the certificate file: shown, never acted on
+            print(f"  {visible(line, keep_newlines=False)}")
         if len(differing) > 50:
             print(f"  ... {len(differing) - 50} more")
         return 1

@@ -134,14 +134,68 @@ def options_from_args(args: argparse.Namespace) -> Options:
     return opts
 
 
-def check_output_paths(args: argparse.Namespace) -> None:
-    """Refuse an unwritable report path before running anything."""
+#: The files a command reads, by the attribute argparse gives them, as a message names them.
+INPUT_OPTIONS = (
+    ("report", "REPORT.json"),
+    ("reports", "REPORT.json"),
+    ("old", "OLD.json"),
+    ("new", "NEW.json"),
+    ("expectations", "--expectations"),
+    ("shard_durations", "--shard-durations"),
+)
+
+
+def _same_file_key(path: str) -> tuple[object, ...]:
+    """One key per file: the same for a relative and an absolute path, a symlink and its
+    target, two hard links (once the file exists)."""
     import os
 
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.normcase(os.path.realpath(path)))
+    return ("inode", st.st_dev, st.st_ino)
+
+
+def check_output_paths(
+    args: argparse.Namespace, inputs: Sequence[tuple[str, str]] | None = None
+) -> None:
+    """Refuse an unwritable report path before running anything.
+
+    Two report options naming one file (``--json r.out --markdown r.out``, or one of them
+    through a symlink or a relative path) are refused, as one report would silently
+    replace the other; so is a report written over a file the command reads (``inputs``:
+    ``(label, path)`` pairs; by default the ones ``INPUT_OPTIONS`` finds in ``args``).
+    """
+    import os
+
+    if inputs is None:
+        found = []
+        for attr, label in INPUT_OPTIONS:
+            value = getattr(args, attr, None)
+            for path in value if isinstance(value, list) else [value]:
+                if isinstance(path, str) and path and path != "-":
+                    found.append((label, path))
+        inputs = found
+    taken = {_same_file_key(path): (label, path) for label, path in inputs}
+    outputs: dict[tuple[object, ...], str] = {}
     for flag in ("json", "markdown", "html", "junit"):
         path = getattr(args, flag, None)
         if not path:
             continue
+        key = _same_file_key(path)
+        if key in outputs:
+            raise CliError(
+                f"{outputs[key]} and --{flag} {path} name the same file: one report would "
+                "replace the other; give each report its own path"
+            )
+        if key in taken:
+            label, read = taken[key]
+            raise CliError(
+                f"--{flag} {path} would write over {read}, which this command reads "
+                f"({label}); give the report another path"
+            )
+        outputs[key] = f"--{flag} {path}"
         parent = os.path.dirname(os.path.abspath(path)) or "."
         if os.path.isdir(path):
             raise CliError(f"--{flag} {path}: is a directory; give a file path")
@@ -199,7 +253,8 @@ def keep_previous_reports(result: RunResult, args: argparse.Namespace) -> list[s
     return lines
 
 
-#: How a Markdown or HTML report of an interrupted run says so (see harness/reports/report.py and html.py).
+#: How a Markdown or HTML report of an interrupted run says so (harness/reports/report.py and
+#: harness/reports/templates/report.html.j2).
 _INTERRUPTED_MARKS = {"markdown": "> **Interrupted**", "html": '<p class="interrupted">'}
 
 

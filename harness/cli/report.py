@@ -40,13 +40,15 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_diff)
 
 
-def _check_writable(args: argparse.Namespace, flags: tuple[str, ...]) -> None:
+def _check_writable(
+    args: argparse.Namespace, flags: tuple[str, ...], inputs: list[tuple[str, str]]
+) -> None:
     from harness.cli.common import check_output_paths
 
     ns = argparse.Namespace(**{f: getattr(args, f, None) for f in flags})
     if getattr(ns, "markdown", None) == "-":
         ns.markdown = None
-    check_output_paths(ns)
+    check_output_paths(ns, inputs)
 
 
 def _emit(text: str, path: str) -> None:
@@ -82,7 +84,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.reports import junit, report
 
     result = load_report(args.report)
-    _check_writable(args, ("html", "markdown", "junit"))
+    _check_writable(args, ("html", "markdown", "junit"), [("REPORT.json", args.report)])
     if not (args.html or args.markdown or args.junit):
         args.markdown = "-"
     failed: list[str] = []
@@ -105,9 +107,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from harness.reports import diff
 
     d = diff.diff_reports(read_json(args.old), read_json(args.new), args.old, args.new)
-    _check_writable(args, ("markdown", "json"))
-    for w in d.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    _check_writable(args, ("markdown", "json"), [("OLD.json", args.old), ("NEW.json", args.new)])
+    from harness.core.textsafe import visible
+
+    for w in d.warnings:  # metadata of the reports: shown, never sent to the terminal
+        print(f"warning: {visible(w, keep_newlines=False)}", file=sys.stderr)
     failed: list[str] = []
     if args.markdown:
         _attempt(

@@ -85,7 +85,9 @@ def print_summary(result: RunResult, out: Any = None) -> None:
             if any(s in cnt for s in ("internal", "fail", "error", "xpass", "timeout", "crash"))
         }
         if bad:
-            cells = "; ".join(f"{c}: {status_cell(cnt)}" for c, cnt in bad.items())
+            cells = "; ".join(
+                f"{visible(c, keep_newlines=False)}: {status_cell(cnt)}" for c, cnt in bad.items()
+            )
             print(f"{visible(entry, keep_newlines=False):<{width}}  {cells}", file=out)
     from harness.reports.grouping import failure_groups, terminal_lines
 

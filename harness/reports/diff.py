@@ -33,6 +33,7 @@ from harness.core.results import (
     RunResult,
 )
 from harness.core.schema import ReportError, check_report, schema_version
+from harness.core.textsafe import visible
 from harness.reports.report import clip, code_span, md_escape
 
 BROKEN = frozenset({FAIL, ERROR, CRASH, TIMEOUT})
@@ -276,13 +277,15 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
             attr = "new_status" if name == "added" else "old_status"
             lines += ["| entry | check | cases | statuses |", "|---|---|---|---|"]
             for (entry, check), cs in groups.items():
-                lines.append(f"| {_md(entry)} | {check} | {len(cs)} | {_status_counts(cs, attr)} |")
+                lines.append(
+                    f"| {_md(entry)} | {_md(check)} | {len(cs)} | {_status_counts(cs, attr)} |"
+                )
             continue
         shown = 0
         for (entry, check), cs in groups.items():
             if shown >= max_cases:
                 break
-            lines += [f"### {_md(entry)} / {check} ({len(cs)})", ""]
+            lines += [f"### {_md(entry)} / {_md(check)} ({len(cs)})", ""]
             for c in cs:
                 if shown >= max_cases:
                     break
@@ -304,6 +307,7 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
 
 
 def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
+    """The terminal's diff; text from the reports shows its control characters as escapes."""
     lines = [f"old: {_describe(d.old_meta)}", f"new: {_describe(d.new_meta)}", d.scope_line()]
     lines += [f"warning: {w}" for w in d.warnings]
     for name, label, _ in CATEGORIES:
@@ -324,7 +328,7 @@ def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
                 f"{len(_grouped(d.category(name)))} entry x check groups"
             )
     lines.append(f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(visible(line, keep_newlines=False) for line in lines) + "\n"
 
 
 def to_json(d: ReportDiff) -> str:

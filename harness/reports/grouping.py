@@ -134,7 +134,9 @@ def terminal_lines(
         if g.count == 1:
             lines.append(f"  {g.status.upper()} {visible(first.id, keep_newlines=False)}")
         else:
-            lines.append(f"  {g.status.upper()} {headline(g)} (one root cause)")
+            lines.append(
+                f"  {g.status.upper()} {visible(headline(g), keep_newlines=False)} (one root cause)"
+            )
         message = first.message
         if len(message) > message_chars:
             message = message[:message_chars] + " ..."

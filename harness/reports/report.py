@@ -59,15 +59,32 @@ def write_json(result: RunResult, path: str | Path) -> None:
 _MD_MARKUP = re.compile(r"[\\`*~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|!(?=\[)|\](?=\()")
 
 
-def md_escape(text: str) -> str:
-    """Markdown text (also inside a table cell): markup and pipes shown as themselves.
+#: What starts a block when it opens a line or a list item: a heading (``# x``), a list
+#: item (``- x``, ``+ x``, ``1. x``, ``1) x``) or a link reference definition
+#: (``[ref]: url``). (A quote, HTML, a fence or emphasis cannot: ``>``, ``<``, backticks,
+#: tildes and ``*`` are escaped everywhere.)
+_MD_BLOCK_START = re.compile(r"(#{1,6}|[-+]|\d{1,9}[.)])(?=[ \t]|$)|\[[^\]]*\]:")
 
-    Text from a Function (its messages, its name) must not render as an image, a link
-    or emphasis, nor carry control characters into the reader's page.
+
+def md_escape(text: str) -> str:
+    """Markdown text, shown as itself wherever the reports put it: in a paragraph, a
+    heading, a list item or a table cell, and at the start of any of them.
+
+    Text from a Function or a report (its messages, its names, its ids) must not render
+    as a heading, a quote, a list, an image, a link, emphasis, HTML or a table column,
+    nor carry control characters into the reader's page. Newlines become spaces, and
+    leading spaces go (four would start a code block).
     """
-    text = visible(str(text)).replace("&", "&amp;")
+    text = visible(str(text)).replace("&", "&amp;").replace("\n", " ").lstrip()
     text = _MD_MARKUP.sub(lambda m: "\\" + m.group(), text)
-    return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+    text = text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    start = _MD_BLOCK_START.match(text)
+    if start:  # "1. x" -> "1\. x"; "# x" -> "\# x"
+        cut = start.end() - 1 if start.group()[0].isdigit() else 0
+        text = text[:cut] + "\\" + text[cut:]
+    if text.endswith("#") and not text.endswith("\\#"):
+        text = text[:-1] + "\\#"  # not the closing sequence of a heading
+    return text
 
 
 def code_span(text: str, *, in_table: bool = False) -> str:
@@ -75,10 +92,29 @@ def code_span(text: str, *, in_table: bool = False) -> str:
     text = visible(str(text)).replace("\n", " ")
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * (longest + 1)
-    pad = " " if longest else ""
+    if not text.strip():
+        return f"`{text or ' '}`"  # a span of spaces keeps them; an empty one is a space
+    # a space inside each fence around a backtick, or around text that starts and ends
+    # with a space (a reader takes one away on each side)
+    pad = " " if longest or (text[0] == " " and text[-1] == " ") else ""
     if in_table:
         text = text.replace("|", "\\|")
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+#: What a report's ``metadata.dtype`` says when every sample kept its own dtypes
+#: (``harness.core.options.SAMPLE_DTYPES``; not imported here, as that imports torch).
+SAMPLE_DTYPES = "samples"
+
+
+def dtype_text(result: RunResult) -> str:
+    """The run's dtype as a dtype: ``float32`` (never ``torch.float32``), or, when the
+    samples kept their own, the dtypes the cases ran in (``float32, float64``)."""
+    named = result.metadata.get("dtype")
+    if isinstance(named, str) and named.strip() and named != SAMPLE_DTYPES:
+        return named.strip().removeprefix("torch.")
+    found = sorted({d for c in result.cases for d in (c.dtype or "").split("+") if d.strip()})
+    return ", ".join(d.strip().removeprefix("torch.") for d in found) or "?"
 
 
 def clip(text: str, limit: int) -> str:
@@ -145,7 +181,8 @@ def coverage_markdown(result: RunResult) -> list[str]:
         unsupported = [e for e, cnt in per if not _exercised(cnt)]
         cases = sum(sum(cnt.values()) for _, cnt in per)
         lines.append(
-            f"| {check} | {len(exercised)} | {len(conforming)} | {len(unsupported)} | {cases} |"
+            f"| {md_escape(check)} | {len(exercised)} | {len(conforming)} | {len(unsupported)} "
+            f"| {cases} |"
         )
     axes = axis_coverage(result)
     if axes:
@@ -155,7 +192,7 @@ def coverage_markdown(result: RunResult) -> list[str]:
             "",
             "Cells: entries on the axis that conform / entries on the axis that exercise the check.",
             "",
-            "| axis | entries | " + " | ".join(checks) + " |",
+            "| axis | entries | " + " | ".join(map(md_escape, checks)) + " |",
             "|---" * (len(checks) + 2) + "|",
         ]
         for axis, names in axes.items():
@@ -236,7 +273,7 @@ def hazard_markdown(result: RunResult) -> list[str]:
 
 def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -> list[str]:
     """One item per root cause: status, count, checks, the message once, ids, one repro."""
-    from harness.reports.grouping import failure_groups, headline, ids_text, plural
+    from harness.reports.grouping import failure_groups, headline, plural
 
     groups = failure_groups(result.cases)
     if not groups:
@@ -248,10 +285,14 @@ def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -
         "",
     ]
     for g in groups[:max_groups]:
-        what = code_span(g.first.id) if g.count == 1 else f"{md_escape(g.entry)}: {headline(g)}"
+        what = (
+            code_span(g.first.id)
+            if g.count == 1
+            else f"{md_escape(g.entry)}: {md_escape(headline(g))}"
+        )
         lines.append(f"- **{g.status}** {what}: {md_escape(clip(g.first.message, max_message))}")
         if g.count > 1:
-            lines.append(f"  - cases: {ids_text(g, quote='`')}")
+            lines.append(f"  - cases: {_ids_markdown([c.id for c in g.cases], shown=3)}")
         if g.repro:
             lines.append(f"  - reproduce: {code_span(g.repro)}")
     if len(groups) > max_groups:
@@ -336,7 +377,8 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
         "# autograd-function-db report",
         "",
         f"**{result.verdict}**: {result.summary_line()} "
-        f"(torch {md.get('torch_version', '?')}, {md.get('device', '?')}, {md.get('dtype', '?')})",
+        f"(torch {md_escape(md.get('torch_version', '?'))}, {md_escape(md.get('device', '?'))}, "
+        f"{md_escape(dtype_text(result))})",
     ]
     if md.get("interrupted"):
         lines += [
@@ -347,7 +389,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     lines += ["", *metadata_markdown(md)]
     matrix = result.matrix()
     checks = check_order(result)
-    lines += ["", "## Entry x check", "", "| entry | " + " | ".join(checks) + " |"]
+    lines += ["", "## Entry x check", "", "| entry | " + " | ".join(map(md_escape, checks)) + " |"]
     lines.append("|---" * (len(checks) + 1) + "|")
     for entry, per_check in matrix.items():
         cells = [status_cell(per_check.get(c, Counter())) for c in checks]
