@@ -82,7 +82,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     from harness.engine.parallel import parse_workers
 
     parse_workers(getattr(args, "workers", None))  # a bad -n is refused before anything prints
-    if getattr(args, "shard", None):
+    if getattr(args, "shard", None) is not None:  # --shard "" is a bad value, not no shard
         from harness.engine.shard import Shard, baseline_durations
 
         Shard.parse(args.shard)

@@ -55,7 +55,7 @@ STYLE = """
 * { box-sizing: border-box; }
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 1.5em 2em; color: #202124; }
 h1 { font-size: 1.4em; margin: .8em 0 .2em; } h2 { font-size: 1.15em; margin: 1.2em 0 .4em; }
-.verdict { font-size: 1.1em; margin: .2em 0 .6em; } .verdict b.PASS { color: var(--ok); } .verdict b.FAIL { color: var(--bad); }
+.verdict { font-size: 1.1em; margin: .2em 0 .6em; } .verdict b.PASS { color: var(--ok); } .verdict b.FAIL { color: var(--bad); } .verdict b.PARTIAL, .verdict b.INTERRUPTED { color: #9a6700; }
 .interrupted { background: #fff4e5; border: 1px solid #f0c36d; padding: .4em .8em; }
 dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .1em 1em; margin: 0; color: var(--muted); font-size: .92em; }
 dl.meta dt { font-weight: 600; } dl.meta dd { margin: 0; word-break: break-all; }
@@ -455,10 +455,12 @@ def _meta_rows(md: dict[str, Any]) -> str:
 def to_html(result: RunResult) -> str:
     md = result.metadata
     e = html.escape
-    verdict = "PASS" if result.ok else "FAIL"
+    verdict = result.verdict  # PASS, FAIL, PARTIAL (a merge lacking shards) or INTERRUPTED
     title = f"afdb report: torch {md.get('torch_version', '?')}, {md.get('device', '?')}, {md.get('dtype', '?')}"
     interrupted = (
-        '<p class="interrupted"><b>Interrupted</b>: this report holds only the cases that '
+        f'<p class="interrupted"><b>Partial</b>: {e(result.verdict_note())}</p>'
+        if md.get("partial")
+        else '<p class="interrupted"><b>Interrupted</b>: this report holds only the cases that '
         "finished before the run was stopped.</p>"
         if md.get("interrupted")
         else ""

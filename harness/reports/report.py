@@ -338,7 +338,9 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
         f"**{result.verdict}**: {result.summary_line()} "
         f"(torch {md.get('torch_version', '?')}, {md.get('device', '?')}, {md.get('dtype', '?')})",
     ]
-    if md.get("interrupted"):
+    if md.get("partial"):
+        lines += ["", f"> **Partial**: {md_escape(result.verdict_note())}"]
+    elif md.get("interrupted"):
         lines += [
             "",
             "> **Interrupted**: this report holds only the cases that finished before the run "
