@@ -19,6 +19,7 @@ and ``--accept`` keeps it as it is.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from harness.core.errors import UsageError
 from harness.core.results import FAIL, PASS, SKIP, XFAIL, XPASS, CaseResult
 
 SCHEMA = "afdb-expectations/1"
@@ -52,7 +54,7 @@ def torch_admits(spec: str, version: str) -> bool:
     return SpecifierSet(spec).contains(Version(v.base_version), prereleases=True)
 
 
-class ExpectationsError(ValueError):
+class ExpectationsError(UsageError):
     """A malformed expectations file (the message names the place and the problem)."""
 
 
@@ -355,24 +357,40 @@ def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | No
 
 
 def load_previous(path: str | Path) -> Expectations | None:
-    """The file as it is, for ``--accept`` (None when missing; placeholders are tolerated)."""
-    p = Path(path)
-    if not p.exists():
+    """The file as it is, for ``--accept`` (None when missing; placeholders are tolerated).
+
+    Read like every input file (a FIFO or a device is refused, never waited on); a file
+    that is not an expectations file at all is refused (ExpectationsError, one line)."""
+    from harness.core.safe_io import InputError, parse_json, read_text
+
+    if not os.path.lexists(path):
         return None
-    text = p.read_text()
+    try:
+        text = read_text(path, "--accept")
+    except InputError as e:
+        raise ExpectationsError(str(e)) from None
     try:
         return parse(text, str(path))
-    except ExpectationsError:
-        data = json.loads(text)  # a placeholder left unfilled: keep what is there
+    except ExpectationsError as err:
+        try:
+            data = parse_json(text, str(path))
+        except InputError:
+            raise err from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise err from None
+        raw = data.get("expectations")
+        if not isinstance(raw, list):
+            raise err from None
+        # A placeholder left unfilled, or a field --accept rewrites: keep what is there.
         items = tuple(
             Expectation(
                 e["id"],
-                e.get("status", XFAIL),
-                e.get("reason") or PLACEHOLDER,
+                e["status"] if e.get("status") in STATUSES else XFAIL,
+                e["reason"] if isinstance(e.get("reason"), str) and e["reason"] else PLACEHOLDER,
                 e["torch"] if isinstance(e.get("torch"), str) else "",
             )
-            for e in data.get("expectations", [])
-            if isinstance(e, dict) and isinstance(e.get("id"), str)
+            for e in raw
+            if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"]
         )
         return Expectations(items, str(path))
 

@@ -216,3 +216,54 @@ def test_light_imports_never_load_jsonschema_and_a_read_does():
         timeout=240,
     )
     assert proc.stdout.split() == ["False", "True"], proc.stdout + proc.stderr
+
+
+# --- --accept reads its file like every other input --------------------------------------
+
+ROT = ROOT / "examples" / "rotations.py"
+CHECK = ["check", f"{ROT}:RotatePoints", "--samples", f"{ROT}:rotation_samples"]
+FAST = ["--no-isolate", "--checks", "vmap", "-q"]
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "is a FIFO (named pipe)"),
+        ("[1]", 'expected an object with "schema"'),
+        ("", "not valid JSON"),
+        ('{"schema": "afdb-expectations/1", "expectations": 5}', '"expectations" must be a list'),
+    ],
+)
+def test_accept_refuses_a_file_that_is_not_expectations_in_one_line(
+    capsys, tmp_path, content, needle
+):
+    exp = tmp_path / "exp.json"
+    if content is None:
+        os.mkfifo(exp)
+    else:
+        exp.write_text(content)
+    rc, out, err = run_cli(capsys, *CHECK, *FAST, "--expectations", str(exp), "--accept")
+    refused(rc, err, str(exp), needle)
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("[1]", 'expected an object with "schema"'),  # before: AttributeError
+        ('{"schema": "afdb-expectations/1", "expectations": 5}', "must be a list"),  # TypeError
+        ('{"schema": "afdb-expectations/1", "expectations": [{"id": "A"}]}', "status"),
+    ],
+)
+def test_load_previous_refuses_what_is_not_an_expectations_file(tmp_path, content, needle):
+    """What --accept reads (the CLI validates the file first; the API did not)."""
+    exp = tmp_path / "exp.json"
+    exp.write_text(content)
+    if needle == "status":  # an unfinished record is kept for --accept to complete
+        assert [e.id for e in ex.load_previous(exp).items] == ["A"]
+        return
+    with pytest.raises(ex.ExpectationsError, match=needle):
+        ex.load_previous(exp)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ex.ExpectationsError, match="FIFO"):
+        ex.load_previous(fifo)
