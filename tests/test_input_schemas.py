@@ -267,3 +267,10 @@ def test_load_previous_refuses_what_is_not_an_expectations_file(tmp_path, conten
     os.mkfifo(fifo)
     with pytest.raises(ex.ExpectationsError, match="FIFO"):
         ex.load_previous(fifo)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_timeout_a_report_could_not_hold_is_refused(capsys, value):
+    """Reports and certificates record the timeout; JSON has no NaN or Infinity."""
+    rc, out, err = run_cli(capsys, *SEL, "--timeout", value)
+    refused(rc, err, "--timeout must be a positive number of seconds")

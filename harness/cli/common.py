@@ -129,7 +129,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         opts = opts.replace(nested_batch_sizes=sizes)
     if args.plan_cap < 1:
         raise CliError("--plan-cap must be >= 1")
-    if args.timeout is not None and args.timeout <= 0:
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan, inf too
         raise CliError("--timeout must be a positive number of seconds")
     return opts
 
