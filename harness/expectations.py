@@ -19,6 +19,7 @@ and ``--accept`` keeps it as it is.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -27,11 +28,11 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from harness.core.errors import UsageError
 from harness.core.results import FAIL, PASS, SKIP, XFAIL, XPASS, CaseResult
 
 SCHEMA = "afdb-expectations/1"
 STATUSES = (XFAIL, SKIP)
-KEYS = ("id", "status", "reason", "torch")
 
 
 def installed_torch() -> str:
@@ -53,7 +54,7 @@ def torch_admits(spec: str, version: str) -> bool:
     return SpecifierSet(spec).contains(Version(v.base_version), prereleases=True)
 
 
-class ExpectationsError(ValueError):
+class ExpectationsError(UsageError):
     """A malformed expectations file (the message names the place and the problem)."""
 
 
@@ -183,59 +184,65 @@ def _item_lines(text: str) -> list[int]:
     return lines
 
 
+def _schema_problem(data: dict[str, Any], text: str, path: str) -> str:
+    """The first way ``data`` breaks ``harness/schemas/expectations.json``, as one line
+    naming the file's line ('' when it is valid). The wording of a field's message is its
+    description in the schema."""
+    from harness.core.schema import load_schema, violations
+
+    found = violations("expectations", data, limit=1)
+    if not found:
+        return ""
+    parts, where, problem = found[0]
+    if parts[:1] != ("expectations",):  # a key beside "schema" and "expectations"
+        key = str(parts[0])
+        return (
+            f"{path}: {_where(text, json.dumps(key))}: unknown key {key!r}; the file holds "
+            'only "schema" and "expectations"'
+        )
+    if len(parts) == 1:
+        return f'{path}: {_where(text, "expectations")}: "expectations" must be a list'
+    i = int(parts[1])
+    item_lines = _item_lines(text)
+    line = f"line {item_lines[i]}" if i < len(item_lines) else f"expectation {i}"
+    item = data["expectations"][i]
+    if len(parts) == 2:
+        return f"{path}: {line}: expectation {i} must be an object with id, status, reason"
+    key = str(parts[2])
+    fields = load_schema("expectations")["$defs"]["expectation"]["properties"]
+    if key not in fields:
+        return (
+            f"{path}: {line}: unknown key {key!r}; an expectation has id, status, reason and "
+            'optionally torch (a version specifier such as "<2.14")'
+        )
+    cid = item.get("id")
+    who = f"{cid}: " if key != "id" and isinstance(cid, str) and cid else ""
+    return f"{path}: {line}: {who}{fields[key]['description']}, got {item.get(key)!r}"
+
+
 def parse(text: str, path: str = "<expectations>") -> Expectations:
+    """The expectations of a file's text; ExpectationsError (one line naming the file's
+    line) for anything ``harness/schemas/expectations.json`` or the checks below refuse."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ExpectationsError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ExpectationsError(f'{path}: line 1: expected an object with "schema": "{SCHEMA}"')
-    raw = data.get("expectations")
-    if not isinstance(raw, list):
-        raise ExpectationsError(
-            f'{path}: {_where(text, "expectations")}: "expectations" must be a list'
-        )
+    problem = _schema_problem(data, text, path)
+    if problem:
+        raise ExpectationsError(problem)
+    # What a schema cannot say: no placeholder reason, a PEP 440 specifier, no repeats.
     items = []
     seen: set[tuple[str, str]] = set()
     item_lines = _item_lines(text)
-    unknown_top = sorted(set(data) - {"schema", "expectations"})
-    if unknown_top:
-        raise ExpectationsError(
-            f"{path}: {_where(text, json.dumps(unknown_top[0]))}: unknown key "
-            f'{unknown_top[0]!r}; the file holds only "schema" and "expectations"'
-        )
-    for i, item in enumerate(raw):
+    for i, item in enumerate(data["expectations"]):
         where = f"line {item_lines[i]}" if i < len(item_lines) else f"expectation {i}"
-        if not isinstance(item, dict):
-            raise ExpectationsError(
-                f"{path}: {where}: expectation {i} must be an object with id, status, reason"
-            )
-        extra = sorted(set(item) - set(KEYS))
-        if extra:
-            raise ExpectationsError(
-                f"{path}: {where}: unknown key {extra[0]!r}; an expectation has id, status, "
-                'reason and optionally torch (a version specifier such as "<2.14")'
-            )
-        cid = item.get("id")
-        if not isinstance(cid, str) or not cid:
-            raise ExpectationsError(
-                f'{path}: {where}: "id" must be a non-empty case id or prefix, got {cid!r}'
-            )
-        if item.get("status") not in STATUSES:
-            raise ExpectationsError(
-                f"{path}: {where}: {cid}: status must be one of {', '.join(STATUSES)}, got {item.get('status')!r}"
-            )
-        reason = item.get("reason")
-        if not isinstance(reason, str) or not reason.strip() or reason.strip().startswith("TODO"):
+        cid, reason, spec = item["id"], item["reason"], item.get("torch", "")
+        if reason.strip().startswith("TODO"):
             raise ExpectationsError(
                 f"{path}: {where}: {cid}: a reason is required (a link or words), got {reason!r}"
                 + ("; replace the placeholder that --accept wrote" if reason == PLACEHOLDER else "")
-            )
-        spec = item.get("torch", "")
-        if not isinstance(spec, str) or ("torch" in item and not spec.strip()):
-            raise ExpectationsError(
-                f'{path}: {where}: {cid}: "torch" must be a version specifier such as "<2.14" '
-                f'or ">=2.13,<2.15", got {spec!r}'
             )
         try:
             SpecifierSet(spec)
@@ -350,24 +357,40 @@ def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | No
 
 
 def load_previous(path: str | Path) -> Expectations | None:
-    """The file as it is, for ``--accept`` (None when missing; placeholders are tolerated)."""
-    p = Path(path)
-    if not p.exists():
+    """The file as it is, for ``--accept`` (None when missing; placeholders are tolerated).
+
+    Read like every input file (a FIFO or a device is refused, never waited on); a file
+    that is not an expectations file at all is refused (ExpectationsError, one line)."""
+    from harness.core.safe_io import InputError, parse_json, read_text
+
+    if not os.path.lexists(path):
         return None
-    text = p.read_text()
+    try:
+        text = read_text(path, "--accept")
+    except InputError as e:
+        raise ExpectationsError(str(e)) from None
     try:
         return parse(text, str(path))
-    except ExpectationsError:
-        data = json.loads(text)  # a placeholder left unfilled: keep what is there
+    except ExpectationsError as err:
+        try:
+            data = parse_json(text, str(path))
+        except InputError:
+            raise err from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise err from None
+        raw = data.get("expectations")
+        if not isinstance(raw, list):
+            raise err from None
+        # A placeholder left unfilled, or a field --accept rewrites: keep what is there.
         items = tuple(
             Expectation(
                 e["id"],
-                e.get("status", XFAIL),
-                e.get("reason") or PLACEHOLDER,
+                e["status"] if e.get("status") in STATUSES else XFAIL,
+                e["reason"] if isinstance(e.get("reason"), str) and e["reason"] else PLACEHOLDER,
                 e["torch"] if isinstance(e.get("torch"), str) else "",
             )
-            for e in data.get("expectations", [])
-            if isinstance(e, dict) and isinstance(e.get("id"), str)
+            for e in raw
+            if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"]
         )
         return Expectations(items, str(path))
 

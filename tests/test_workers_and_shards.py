@@ -306,8 +306,8 @@ def test_unreadable_shard_durations_are_one_line_exit_2(capsys, tmp_path):
     )
     assert rc == 2 and out == ""
     assert err.strip().splitlines() == [
-        f"afdb run: error: --shard-durations {bad}: not a readable afdb JSON report "
-        "(Expecting ',' delimiter: line 1 column 6 (char 5))"
+        f"afdb run: error: --shard-durations {bad}: not valid JSON (line 1, column 6: "
+        "Expecting ',' delimiter); a truncated file is not a report"
     ]
 
 

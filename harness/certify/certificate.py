@@ -7,18 +7,16 @@ environment fields that define it (``DIGEST_ENVIRONMENT``), so an edited status,
 backend or torch build is detected; areas and the verdict are recomputed from the
 cases on read, so an edited verdict is detected too.
 
-The JSON Schema is package data (``certificate_schema.json``), checked on every read
-with the same validator as the report's.
+The JSON Schema is package data (``harness/schemas/certificate.json``, whose ``cases`` is
+the report's schema), checked on every read by ``harness.core.schema`` (jsonschema).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
 import json
 from collections import Counter
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,6 @@ from harness.core.results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, RunR
 from harness.reports.report import clip, code_span, md_escape, write_atomic
 
 CERT_SCHEMA = "afdb-certificate/1"
-SCHEMA_FILE = "certificate_schema.json"
 
 CONFORMS = "conforms"
 DOES_NOT_CONFORM = "does not conform"
@@ -167,20 +164,10 @@ def build(
 # --- reading ---------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
-def certificate_schema() -> dict[str, Any]:
-    text = resources.files("harness").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
 def validation_errors(data: Any) -> list[str]:
-    from harness.core.schema import Validator, schema_errors
+    from harness.core.schema import errors, report_consistency
 
-    errors = Validator(certificate_schema()).errors(data)
-    if errors:
-        return errors
-    return [f"cases.{e}" for e in schema_errors(data["cases"])]
+    return errors("certificate", data) or report_consistency(data["cases"], prefix="cases.")
 
 
 def edits(cert: dict[str, Any]) -> list[str]:
@@ -219,10 +206,11 @@ def read_certificate(path: str | Path) -> dict[str, Any]:
             f'{path}: not an afdb certificate ({what}; a certificate has "schema": '
             f'"{CERT_SCHEMA}"); write one with `afdb certify`'
         )
-    errors = validation_errors(data)
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise CertificateError(f"{path}: invalid certificate: {errors[0]}{more}")
+    found = validation_errors(data)
+    if found:
+        from harness.core.schema import one_line
+
+        raise CertificateError(one_line(str(path), "certificate", found))
     cert: dict[str, Any] = data
     return cert
 

@@ -82,7 +82,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     from harness.engine.parallel import parse_workers
 
     parse_workers(getattr(args, "workers", None))  # a bad -n is refused before anything prints
-    if getattr(args, "shard", None):
+    if getattr(args, "shard", None) is not None:  # --shard "" is a bad value, not no shard
         from harness.engine.shard import Shard, baseline_durations
 
         Shard.parse(args.shard)
@@ -129,7 +129,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         opts = opts.replace(nested_batch_sizes=sizes)
     if args.plan_cap < 1:
         raise CliError("--plan-cap must be >= 1")
-    if args.timeout is not None and args.timeout <= 0:
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan, inf too
         raise CliError("--timeout must be a positive number of seconds")
     return opts
 

@@ -30,8 +30,16 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, except that a usage error is one line (``afdb run: error: ...``), exit 2."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        line = visible(message, keep_newlines=False)
+        self.exit(2, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="afdb",
         description="Conformance suite for torch.autograd.Function under torch.func transforms.",
     )
@@ -80,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse prints its own one-line usage error
+    except SystemExit as e:  # OneLineParser printed its one-line usage error
         return 2 if e.code not in (0, None) else 0
     args.argv = argv  # recorded in the report's metadata as the command line
     if not getattr(args, "command", None):

@@ -246,9 +246,10 @@ def worker_count(args: argparse.Namespace) -> int:
 def shard_selection(
     entries: Sequence[Any], options: Options, args: argparse.Namespace, source: str
 ) -> tuple[set[str] | None, dict[str, Any] | None]:
-    """The case ids of ``--shard K/N`` (None: every case) and what the report records about it."""
+    """The case ids of ``--shard K/N`` (None: every case) and what the report records about it:
+    the shard, the run's total, each case's position in it and the run's fingerprint."""
     text = getattr(args, "shard", None)
-    if not text:
+    if text is None:
         return None, None
     from harness.engine import shard
     from harness.engine.parallel import _enumerate
@@ -256,6 +257,7 @@ def shard_selection(
     spec = shard.Shard.parse(text)
     _, cases, early = _enumerate(entries, options)
     ids = [*early, *(c.id for c in cases)]
+    spec.check_count(len(ids))  # before anything is allocated per shard
     durations, baseline = shard.baseline_durations(getattr(args, "shard_durations", None), source)
     shard_of = shard.assign(ids, spec.count, durations)
     only = {i for i, s in zip(ids, shard_of) if s == spec.index - 1}
@@ -265,9 +267,24 @@ def shard_selection(
         "balanced_by": f"durations in {baseline}" if baseline else "case counts",
         "total_cases": len(ids),
         # Each case's position in the whole run, so `afdb merge` restores the run's order.
-        "positions": [n for n, i in enumerate(ids) if i in only],
+        "positions": [n for n, s in enumerate(shard_of) if s == spec.index - 1],
+        "fingerprint": shard.fingerprint(
+            ids,
+            shard_of,
+            source=source,
+            options=options.to_dict(),
+            expectations=_expectations_text(getattr(args, "expectations", None)),
+        ),
     }
     return only, note
+
+
+def _expectations_text(path: str | None) -> str | None:
+    if not path:
+        return None
+    from harness.core.safe_io import read_text
+
+    return read_text(path, "--expectations")  # already read and validated: it is a file
 
 
 def cmd_run(args: argparse.Namespace) -> int:

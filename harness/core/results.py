@@ -94,10 +94,23 @@ class RunResult:
 
     @property
     def verdict(self) -> str:
-        """PASS or FAIL; INTERRUPTED when the run stopped early (its cases are a prefix)."""
+        """PASS or FAIL; PARTIAL for a merge that lacks shards or cases (``afdb merge
+        --partial``); INTERRUPTED when the run stopped early (its cases are a prefix)."""
+        if self.metadata.get("partial"):
+            return "PARTIAL"
         if self.metadata.get("interrupted"):
             return "INTERRUPTED"
         return "PASS" if self.ok else "FAIL"
+
+    def verdict_note(self) -> str:
+        """One sentence on why the verdict is not PASS or FAIL ('' when it is)."""
+        partial = self.metadata.get("partial")
+        if partial:
+            note = partial.get("note") if isinstance(partial, dict) else None
+            return f"this merge is not the whole run ({note or 'cases are missing'})."
+        if self.metadata.get("interrupted"):
+            return "this report holds only the cases that finished before the run was stopped."
+        return ""
 
     def counts(self) -> dict[str, int]:
         """Cases per status (internal errors of the suite first, then in STATUSES order)."""

@@ -1,9 +1,17 @@
-"""The JSON report's schema (``afdb-report/1``) and the validator every report reader uses.
+"""The JSON Schemas of every file the suite reads back, and the one way they are validated.
 
-The schema is plain JSON Schema (draft 2020-12), shipped as ``harness/report_schema.json``.
-The validator here implements the subset of keywords the schema uses (an unknown keyword
-is an error, so the schema cannot silently say more than is checked) and names the path
-of the offending field: ``cases[3].status: 'passed' is not one of 'pass', 'fail', ...``.
+The schemas are plain JSON Schema (draft 2020-12), shipped as package data in
+``harness/schemas/``: ``report.json`` (``afdb-report/1``, shard metadata included),
+``certificate.json`` (``afdb-certificate/1``, whose ``cases`` is a report),
+``expectations.json`` (``afdb-expectations/1``) and ``durations.json`` (what
+``--shard-durations`` reads of a report). Validation is the ``jsonschema`` library's,
+imported on the first validation only (the pytest plugin and ``afdb list`` never pay
+for it). Its errors are written as one line naming the place of the offending field:
+``cases[3].status: 'passed' is not one of 'pass', 'fail', ...``.
+
+Two choices are stricter than plain JSON Schema, because afdb reads these values back
+as Python numbers: an ``integer`` is an int (``2.0`` is not one) and a ``number`` is
+finite (``Infinity`` and ``NaN``, which Python's json module accepts, are not numbers).
 
 After the schema, a report is checked for what a schema cannot say: unique case ids and
 a summary that agrees with the cases.
@@ -12,40 +20,59 @@ a summary that agrees with the cases.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import math
 import re
 from collections import Counter
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.core.errors import UsageError
 from harness.core.results import BAD_STATUSES, SCHEMA, RunResult
 
-SCHEMA_FILE = "report_schema.json"
-
-#: Keywords that carry no constraint.
-_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "$comment", "title", "description"})
-_TYPES: dict[str, Any] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
+#: The shipped schemas, by the name of their file in harness/schemas/ (without .json).
+SCHEMA_NAMES = ("report", "certificate", "expectations", "durations")
 
 
 class ReportError(UsageError):
     """A file that is not a valid report of the version this suite reads."""
 
 
-@functools.lru_cache(maxsize=1)
-def report_schema() -> dict[str, Any]:
-    text = resources.files("harness").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+@functools.cache
+def load_schema(name: str) -> dict[str, Any]:
+    """The shipped schema ``harness/schemas/NAME.json``."""
+    text = resources.files("harness").joinpath("schemas", f"{name}.json").read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
+
+
+def report_schema() -> dict[str, Any]:
+    return load_schema("report")
+
+
+@functools.cache
+def _validator(name: str) -> Any:
+    """A jsonschema validator for ``name``, the other shipped schemas registered for ``$ref``."""
+    import jsonschema
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
+
+    registry: Registry[Any] = Registry().with_resources(
+        (load_schema(n)["$id"], DRAFT202012.create_resource(load_schema(n))) for n in SCHEMA_NAMES
+    )
+    base = jsonschema.Draft202012Validator
+
+    def is_integer(_: Any, value: Any) -> bool:
+        return type(value) is int
+
+    def is_number(_: Any, value: Any) -> bool:
+        return type(value) is int or (type(value) is float and math.isfinite(value))
+
+    checker = base.TYPE_CHECKER.redefine_many({"integer": is_integer, "number": is_number})
+    strict = jsonschema.validators.extend(base, type_checker=checker)
+    return strict(load_schema(name), registry=registry)
 
 
 def _join(path: str, key: str | int) -> str:
@@ -55,151 +82,125 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}.{name}" if path else name
 
 
+def place(parts: Any, prefix: str = "") -> str:
+    """``cases[3].status`` for the JSON path ``["cases", 3, "status"]``."""
+    path = prefix
+    for part in parts:
+        path = _join(path, part)
+    return path
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class Validator:
-    """Validate an instance against a schema; ``errors`` lists ``path: problem`` strings."""
+def _types(value: Any) -> str:
+    return " or ".join(value) if isinstance(value, list) else str(value)
 
-    def __init__(self, schema: dict[str, Any], *, max_errors: int = 20) -> None:
-        self.root = schema
-        self.max_errors = max_errors
 
-    def errors(self, instance: Any) -> list[str]:
-        out: list[str] = []
-        self._validate(instance, self.root, "", out)
-        return out[: self.max_errors]
+class Violation(NamedTuple):
+    """One way a file breaks its schema: the JSON path, that path written out, the problem."""
 
-    def _resolve(self, ref: str) -> dict[str, Any]:
-        if not ref.startswith("#/"):
-            raise ValueError(f"schema: only local $ref is supported, got {ref!r}")
-        node: Any = self.root
-        for part in ref[2:].split("/"):
-            node = node[part]
-        return node
+    path: tuple[str | int, ...]
+    place: str
+    problem: str
 
-    def _validate(self, v: Any, s: dict[str, Any], path: str, out: list[str]) -> None:
-        if len(out) >= self.max_errors:
-            return
-        where = path or "(top level)"
-        for kw in s:
-            if kw not in _ANNOTATIONS and kw not in _KEYWORDS:
-                raise ValueError(f"schema at {where}: unsupported keyword {kw!r}")
-        if "$ref" in s:
-            self._validate(v, self._resolve(s["$ref"]), path, out)
-        if "type" in s:
-            types = s["type"] if isinstance(s["type"], list) else [s["type"]]
-            if not any(_TYPES[t](v) for t in types):
-                out.append(f"{where}: {_short(v)} is not of type {' or '.join(types)}")
-                return
-        if "const" in s and v != s["const"]:
-            out.append(f"{where}: {_short(v)} is not {_short(s['const'])}")
-        if "enum" in s and v not in s["enum"]:
-            out.append(f"{where}: {_short(v)} is not one of {', '.join(map(repr, s['enum']))}")
-        if "anyOf" in s:
-            self._any_of(v, s["anyOf"], path, out)
-        if isinstance(v, str):
-            if len(v) < s.get("minLength", 0):
-                out.append(f"{where}: {_short(v)} is shorter than {s['minLength']} characters")
-            if "pattern" in s and not re.search(s["pattern"], v):
-                out.append(f"{where}: {_short(v)} does not match {s['pattern']!r}")
-        if (
-            isinstance(v, (int, float))
-            and not isinstance(v, bool)
-            and "minimum" in s
-            and v < s["minimum"]
-        ):
-            out.append(f"{where}: {v!r} is less than the minimum {s['minimum']}")
-        if isinstance(v, list):
-            if len(v) < s.get("minItems", 0):
-                out.append(f"{where}: has {len(v)} items, needs at least {s['minItems']}")
-            if "items" in s:
-                for i, item in enumerate(v):
-                    self._validate(item, s["items"], _join(path, i), out)
-        if isinstance(v, dict):
-            self._object(v, s, path, out)
 
-    def _object(self, v: dict[str, Any], s: dict[str, Any], path: str, out: list[str]) -> None:
-        for key in s.get("required", ()):
-            if key not in v:
-                out.append(f"{_join(path, key)}: missing (a required field)")
-        props = s.get("properties", {})
-        extra = s.get("additionalProperties", True)
-        for key, value in v.items():
-            if "propertyNames" in s:
-                self._validate(key, s["propertyNames"], f"{_join(path, key)} (key)", out)
-            if key in props:
-                self._validate(value, props[key], _join(path, key), out)
-            elif extra is False:
-                out.append(f"{_join(path, key)}: unexpected field")
-            elif isinstance(extra, dict):
-                self._validate(value, extra, _join(path, key), out)
+def _problems(error: Any, prefix: str) -> list[Violation]:
+    """The violations one jsonschema error stands for (``required`` and
+    ``additionalProperties`` name each field; ``anyOf`` the branch that got furthest)."""
+    import jsonschema
 
-    def _any_of(self, v: Any, options: list[dict[str, Any]], path: str, out: list[str]) -> None:
-        attempts = []
-        for option in options:
-            errs: list[str] = []
-            self._validate(v, option, path, errs)
-            if not errs:
-                return
-            attempts.append(errs)
-        # Report the option that got furthest: the one whose errors are not a type mismatch here.
-        where = path or "(top level)"
-        typed = [
-            e for e in attempts if not e[0].startswith(f"{where}: ") or "not of type" not in e[0]
+    v, kw, arg = error.instance, error.validator, error.validator_value
+    parts = tuple(error.absolute_path)
+    where = place(parts, prefix)
+    if kw == "required":
+        missing = [k for k in arg if isinstance(v, dict) and k not in v]
+        return [
+            Violation((*parts, k), _join(where, k), "missing (a required field)") for k in missing
         ]
-        out.extend((typed or attempts)[0])
+    if kw == "additionalProperties" and arg is False:
+        known = error.schema.get("properties", {})
+        extra = [k for k in v if k not in known]
+        return [Violation((*parts, k), _join(where, k), "unexpected field") for k in extra]
+    if kw in ("anyOf", "oneOf") and error.context:
+        # The branch whose errors are not a type mismatch right here got furthest.
+        deeper = [e for e in error.context if e.validator != "type" or e.relative_path]
+        return _problems(jsonschema.exceptions.best_match(deeper or error.context), prefix)
+    if "propertyNames" in error.absolute_schema_path:  # the instance is the key itself
+        parts, where = (*parts, v), f"{_join(where, v)} (key)"
+    text = {
+        "type": lambda: f"{_short(v)} is not of type {_types(arg)}",
+        "const": lambda: f"{_short(v)} is not {_short(arg)}",
+        "enum": lambda: f"{_short(v)} is not one of {', '.join(map(repr, arg))}",
+        "minLength": lambda: f"{_short(v)} is shorter than {arg} characters",
+        "maxLength": lambda: f"{_short(v)} is longer than {arg} characters",
+        "pattern": lambda: f"{_short(v)} does not match {arg!r}",
+        "minimum": lambda: f"{_short(v)} is less than the minimum {arg}",
+        "maximum": lambda: f"{_short(v)} is more than the maximum {arg}",
+        "exclusiveMinimum": lambda: f"{_short(v)} is not more than {arg}",
+        "minItems": lambda: f"has {len(v)} items, needs at least {arg}",
+        "maxItems": lambda: f"has {len(v)} items, at most {arg} allowed",
+    }.get(kw)
+    return [Violation(parts, where or "(top level)", text() if text else error.message)]
 
 
-_KEYWORDS = frozenset(
-    {
-        "$ref",
-        "type",
-        "const",
-        "enum",
-        "anyOf",
-        "minLength",
-        "pattern",
-        "minimum",
-        "minItems",
-        "items",
-        "required",
-        "properties",
-        "additionalProperties",
-        "propertyNames",
-    }
-)
+def violations(name: str, data: Any, *, prefix: str = "", limit: int = 20) -> list[Violation]:
+    """Each way ``data`` breaks the shipped schema ``name`` (at most ``limit``), in the
+    order jsonschema finds them."""
+    out: dict[tuple[str, str], Violation] = {}  # jsonschema says "required" once per field
+    for error in itertools.islice(_validator(name).iter_errors(data), limit):
+        for found in _problems(error, prefix):
+            out.setdefault((found.place, found.problem), found)
+    return list(out.values())[:limit]
 
 
-def schema_errors(data: Any) -> list[str]:
-    """Schema violations of a report dict, then the checks a schema cannot express."""
-    errors = Validator(report_schema()).errors(data)
-    if errors:
-        return errors
+def errors(name: str, data: Any, *, prefix: str = "", limit: int = 20) -> list[str]:
+    """``place: problem`` for each way ``data`` breaks the shipped schema ``name``."""
+    return [f"{v.place}: {v.problem}" for v in violations(name, data, prefix=prefix, limit=limit)]
+
+
+def report_consistency(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """What a schema cannot say of a schema-valid report: unique ids, a summary that agrees."""
+    out: list[str] = []
     cases = data["cases"]
     seen: dict[str, int] = {}
     for i, case in enumerate(cases):
         if case["id"] in seen:
-            errors.append(
-                f"cases[{i}].id: {case['id']!r} repeats cases[{seen[case['id']]}].id; ids must be unique"
+            out.append(
+                f"{prefix}cases[{i}].id: {case['id']!r} repeats {prefix}cases[{seen[case['id']]}].id; "
+                "ids must be unique"
             )
         seen.setdefault(case["id"], i)
     summary = data["summary"]
     if summary["total"] != len(cases):
-        errors.append(f"summary.total: {summary['total']} but the report has {len(cases)} cases")
+        out.append(
+            f"{prefix}summary.total: {summary['total']} but the report has {len(cases)} cases"
+        )
     counts = Counter(c["status"] for c in cases)
     for status in sorted(set(counts) | set(summary["counts"])):
         if summary["counts"].get(status, 0) != counts.get(status, 0):
-            errors.append(
-                f"summary.counts.{status}: {summary['counts'].get(status, 0)} but "
+            out.append(
+                f"{prefix}summary.counts.{status}: {summary['counts'].get(status, 0)} but "
                 f"{counts.get(status, 0)} cases have that status"
             )
     ok = not any(c["status"] in BAD_STATUSES for c in cases)
     if summary["ok"] != ok:
-        errors.append(f"summary.ok: {summary['ok']} but the cases say {ok}")
-    return errors
+        out.append(f"{prefix}summary.ok: {summary['ok']} but the cases say {ok}")
+    return out
+
+
+def schema_errors(data: Any) -> list[str]:
+    """Schema violations of a report dict, then the checks a schema cannot express."""
+    found = errors("report", data)
+    return found or report_consistency(data)
+
+
+def one_line(path: str, what: str, found: list[str]) -> str:
+    """``PATH: invalid WHAT: the first problem (and N more)``."""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"{path}: invalid {what}: {found[0]}{more}"
 
 
 def schema_version(data: Any) -> str | None:
@@ -220,13 +221,13 @@ def check_version(data: Any, path: str) -> None:
     )
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path, what: str = "") -> Any:
     """The parsed JSON of a file, or ReportError with a one-line reason."""
     from harness.core.safe_io import InputError, parse_json, read_text
 
     try:  # a FIFO, invalid UTF-8 or nesting deeper than a report: one line, never a hang
-        text = read_text(path)
-        return parse_json(text, str(path))
+        text = read_text(path, what)
+        return parse_json(text, f"{what} {path}" if what else str(path))
     except InputError as e:
         message = str(e)
         if "not valid JSON" in message:
@@ -237,10 +238,9 @@ def read_json(path: str | Path) -> Any:
 def check_report(data: Any, path: str) -> None:
     """Refuse (ReportError) a report of another version or one that does not validate."""
     check_version(data, path)
-    errors = schema_errors(data)
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ReportError(f"{path}: invalid report: {errors[0]}{more}")
+    found = schema_errors(data)
+    if found:
+        raise ReportError(one_line(path, "report", found))
 
 
 def read_report(path: str | Path) -> dict[str, Any]:

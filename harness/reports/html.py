@@ -234,7 +234,8 @@ def to_html(result: RunResult) -> str:
         _template().render(
             csp=CSP,
             title=title,
-            verdict="PASS" if result.ok else "FAIL",
+            verdict=result.verdict,  # PASS, FAIL, PARTIAL (a merge lacking shards) or INTERRUPTED
+            partial_note=result.verdict_note() if md.get("partial") else "",
             summary=result.summary_line(),
             interrupted=bool(md.get("interrupted")),
             meta=_meta_rows(md),

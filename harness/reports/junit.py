@@ -59,6 +59,12 @@ def to_junit_element(result: RunResult) -> ET.Element:
             props = ET.SubElement(suite, "properties")
             for key in ("torch_version", "torch_git_version", "device", "dtype", "seed"):
                 ET.SubElement(props, "property", name=key, value=xml_text(md.get(key, "")))
+            # The run's verdict: PASS, FAIL, PARTIAL (a merge lacking shards), INTERRUPTED.
+            ET.SubElement(props, "property", name="verdict", value=result.verdict)
+            if result.verdict_note():
+                ET.SubElement(
+                    props, "property", name="verdict_note", value=xml_text(result.verdict_note())
+                )
             suites[c.entry] = suite
             per_suite[c.entry] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
         counts = per_suite[c.entry]

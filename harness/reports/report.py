@@ -380,7 +380,9 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
         f"(torch {md_escape(md.get('torch_version', '?'))}, {md_escape(md.get('device', '?'))}, "
         f"{md_escape(dtype_text(result))})",
     ]
-    if md.get("interrupted"):
+    if md.get("partial"):
+        lines += ["", f"> **Partial**: {md_escape(result.verdict_note())}"]
+    elif md.get("interrupted"):
         lines += [
             "",
             "> **Interrupted**: this report holds only the cases that finished before the run "
