@@ -53,7 +53,8 @@ def test_planted_regression_is_reported_exactly(two_runs, tmp_path, capsys):
     assert result["counts"]["unchanged"] == len(old_ids) - len(expected)
     assert result["warnings"] == []
     text = md.read_text()
-    assert "**REGRESSED**" in text and "### NumpyMul / vmap" in text
+    assert "**REGRESSED**" in text
+    assert f"### NumpyMul: {len(expected)} cases in vmap, pass -> fail" in text
     assert "NumpyCube" not in text.split("## Regressed", 1)[1]
     assert "reproduce: `afdb repro 'NumpyMul/vmap/s0/in_dims=(None,0)' --seed 0" in text
     assert "pass -> fail" in capsys.readouterr().out
