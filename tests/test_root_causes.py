@@ -14,7 +14,8 @@ import pytest
 
 from harness import assert_conforms, check
 from harness.core.results import CaseResult
-from harness.reports.grouping import failure_groups, group_cases, join_rule_consequences
+from harness.reports import grouping
+from harness.reports.grouping import failure_groups, group_cases
 from tests import planted_causes as planted
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -112,7 +113,7 @@ def test_only_groups_wholly_at_the_contracts_failing_plans_join_it():
         ["vmap_of_vjp"],
         ["vmap_of_jvp"],
     ]
-    assert join_rule_consequences(groups[1:]) == groups[1:]  # no contract failure: unchanged
+    assert grouping.join_rule_consequences(groups[1:]) == groups[1:]  # no contract failure: unchanged
 
 
 def test_assert_conforms_groups_as_the_cli_does():
