@@ -20,6 +20,13 @@ from harness.cli.common import (
     report_write_failures,
     write_reports,
 )
+from harness.cli.selection import (
+    apply_last_failed,
+    case_selection,
+    last_failed_note,
+    max_fail,
+)
+from harness.core.errors import RunStopped
 from harness.core.options import Options
 from harness.core.results import CaseResult, RunResult
 from harness.core.textsafe import visible
@@ -160,9 +167,11 @@ def execute(
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
     progress = Progress(args.quiet, expectations)
+    stop = max_fail(args, expectations)
     workers = worker_count(args)
     interrupted = False
-    only, shard_note = shard_selection(entries, options, args, source)
+    stopped = ""
+    only, shard_note = case_selection(entries, options, args, source)
     cases: list[CaseResult] = []
     if workers:
         from harness.engine.parallel import run_parallel
@@ -180,9 +189,12 @@ def execute(
                 collect=cases,
                 only=only,
                 backend=getattr(args, "backend_spec", None),
+                on_record=stop,
             )
         except KeyboardInterrupt:
             interrupted = True
+        except RunStopped as e:
+            stopped = str(e)
     else:
 
         def select(case: Any) -> bool:
@@ -195,12 +207,19 @@ def execute(
                 return skipped is None
             return True
 
+        def told(r: CaseResult) -> None:
+            progress(r)
+            if stop is not None:
+                stop(r)
+
         try:
             cases = run_entries(
-                entries, options, progress=progress, target=target, select=select, collect=cases
+                entries, options, progress=told, target=target, select=select, collect=cases
             )
         except KeyboardInterrupt:
             interrupted = True
+        except RunStopped as e:
+            stopped = str(e)
         if only is not None:
             cases[:] = [c for c in cases if c.id in only]
     progress.flush()
@@ -219,6 +238,8 @@ def execute(
     if hasattr(target, "to_dict"):
         result.metadata["target_spec"] = target.to_dict()
     result.metadata["interrupted"] = interrupted
+    if stopped:
+        result.metadata["stopped"] = stopped
     if shard_note is not None:
         result.metadata["shard"] = shard_note
     warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
@@ -226,6 +247,8 @@ def execute(
         print(f"warning: {visible(warning)}", file=sys.stderr)
     failed = write_reports(result, args)
     (summary or print_summary)(result)
+    if stopped:
+        print(stopped)
     report_write_failures(args, failed)
     return result
 
@@ -241,40 +264,27 @@ def worker_count(args: argparse.Namespace) -> int:
     return n
 
 
-def shard_selection(
-    entries: Sequence[Any], options: Options, args: argparse.Namespace, source: str
-) -> tuple[set[str] | None, dict[str, Any] | None]:
-    """The case ids of ``--shard K/N`` (None: every case) and what the report records about it."""
-    text = getattr(args, "shard", None)
-    if not text:
-        return None, None
-    from harness.engine import shard
-    from harness.engine.parallel import _enumerate
-
-    spec = shard.Shard.parse(text)
-    _, cases, early = _enumerate(entries, options)
-    ids = [*early, *(c.id for c in cases)]
-    durations, baseline = shard.baseline_durations(getattr(args, "shard_durations", None), source)
-    shard_of = shard.assign(ids, spec.count, durations)
-    only = {i for i, s in zip(ids, shard_of) if s == spec.index - 1}
-    note = {
-        "index": spec.index,
-        "count": spec.count,
-        "balanced_by": f"durations in {baseline}" if baseline else "case counts",
-        "total_cases": len(ids),
-        # Each case's position in the whole run, so `afdb merge` restores the run's order.
-        "positions": [n for n, i in enumerate(ids) if i in only],
-    }
-    return only, note
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.sources import expectations_path, load_source, options_for_source, select_entries
+    from harness.sources import (
+        case_prefixes,
+        expectations_path,
+        load_source,
+        options_for_source,
+        select_entries,
+    )
 
+    rerun = apply_last_failed(args, user=False)
     options = options_from_args(args)
     check_output_paths(args)
     everything = load_source(args.source)
-    entries = select_entries(everything, args.names)
+    names = list(args.names)
+    if rerun is not None:
+        if not rerun:
+            print(f"nothing to rerun: {args.last_failed} has no non-conforming case")
+            return 0
+        names = names or rerun
+    entries = select_entries(everything, names)
+    args.case_prefixes = case_prefixes(entries, names)
     options = options_for_source(args.source, entries, options)
     if args.no_expectations:
         args.expectations = None
@@ -284,14 +294,47 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.expectations = str(committed)
             if not args.quiet:
                 print(f"using the committed expectations {committed} (--no-expectations to ignore)")
+    if rerun is not None and not args.quiet:
+        print(last_failed_note(args))
     result = execute(
         entries, options, args, source=args.source, known_entries={e.name for e in everything}
     )
+    status = run_status(result, args)
+    closing_lines(result, args, status, rerun_command="afdb run")
+    return status
+
+
+def run_status(result: RunResult, args: argparse.Namespace) -> int:
+    """The exit status of a running command: 2 a report is missing, 130 interrupted, else
+    the run's own (0 conforms, 1 does not)."""
     if getattr(args, "write_failures", None):
         return 2  # the summary was printed; a report the user asked for is missing
     if result.metadata.get("interrupted"):
         return 130
     return result.exit_status
+
+
+def closing_lines(
+    result: RunResult, args: argparse.Namespace, status: int, *, rerun_command: str
+) -> None:
+    """What the command wrote, then on failure the next step (nothing with --quiet)."""
+    if args.quiet:
+        return
+    written = getattr(args, "written", [])
+    if written:
+        print(f"wrote {', '.join(written)}")
+    if status != 1:
+        return
+    json_path = getattr(args, "json_as_given", None)
+    rerun = (
+        f"`{rerun_command} --last-failed {json_path}` reruns only them"
+        if json_path and json_path in written
+        else "add --json FILE to rerun only them later with --last-failed FILE"
+    )
+    print(
+        "next: the `reproduce:` command of a root cause above writes a script for one of its "
+        f"cases (`afdb repro CASE_ID`); {rerun}"
+    )
 
 
 # --- main -------------------------------------------------------------------------------

@@ -85,9 +85,8 @@ def internal_message(where: str, description: str) -> str:
 
 def blamed(exc: BaseException, where: str) -> tuple[str, str]:
     """(status, message) of a case whose check raised ``exc``: ``internal`` or ``error``."""
-    from harness.core.locations import describe_exception
-
     from harness.core.errors import FunctionRaised
+    from harness.core.locations import describe_exception
 
     blame = classify(exc)
     if isinstance(exc, FunctionRaised):  # the sub-check it raised in, then what it raised
