@@ -39,8 +39,16 @@ class Progress:
     in-process and under workers (where results arrive all at once at the end).
     """
 
-    def __init__(self, quiet: bool, expectations: Any = None) -> None:
+    def __init__(
+        self,
+        quiet: bool,
+        expectations: Any = None,
+        adjust: Callable[[CaseResult], Any] | None = None,
+    ) -> None:
         self.quiet = quiet
+        #: Changes a copy of each result after the expectations, as the command will
+        #: change the results themselves before its summary (``afdb certify``'s reclassify).
+        self.adjust = adjust
         #: Statuses are counted after these expectations (an expected failure is xfail,
         #: as in the summary); the results themselves are changed later, once.
         self.expectations = expectations
@@ -53,12 +61,17 @@ class Progress:
             self.flush()
             self.current = r.entry
         status = r.status
-        if self.expectations is not None:
+        if self.expectations is not None or self.adjust is not None:
             import dataclasses
 
             from harness.expectations import apply
 
-            status = apply(self.expectations, dataclasses.replace(r)).status
+            copy = dataclasses.replace(r)
+            if self.expectations is not None:
+                copy = apply(self.expectations, copy)
+            if self.adjust is not None:
+                self.adjust(copy)
+            status = copy.status
         self.counts[status] = self.counts.get(status, 0) + 1
         self.seconds += r.duration_s
 
@@ -147,12 +160,14 @@ def execute(
     target: Any = None,
     summary: Callable[[RunResult], None] | None = None,
     known_entries: set[str] | None = None,
+    adjust: Callable[[CaseResult], Any] | None = None,
 ) -> RunResult:
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
     ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
     ``summary`` replaces the default printed summary; ``known_entries`` are all the
-    source's entry names (for telling a stale expectation from an unselected one).
+    source's entry names (for telling a stale expectation from an unselected one);
+    ``adjust`` changes a copy of each result before the progress line counts it.
     """
     from harness.engine.metadata import run_metadata
     from harness.engine.runner import run_entries
@@ -166,7 +181,7 @@ def execute(
             expectations = ex.load(args.expectations)
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
-    progress = Progress(args.quiet, expectations)
+    progress = Progress(args.quiet, expectations, adjust)
     stop = max_fail(args, expectations)
     workers = worker_count(args)
     interrupted = False
