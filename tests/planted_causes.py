@@ -48,3 +48,31 @@ class RuleAndBackwardBugs(torch.autograd.Function):
         x = _to_front(x, in_dims[1], info.batch_size)
         # BUG (as BrokenRotatePoints): the batch dim is at 0 now, whatever in_dims said.
         return RuleAndBackwardBugs.apply(R, x), in_dims[1] if in_dims[1] is not None else 0
+
+
+class TwiceTheGradient(torch.autograd.Function):
+    """``3 x`` whose backward returns twice the gradient (one bug: vjp, vjp_of_vjp, jacrev)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x * 3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 6  # BUG: the derivative is 3
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        return tangent * 3
+
+
+def two_samples(seed: int):
+    """Two samples (so a failure of every sample of a check is two cases)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(3, 4, generator=gen, dtype=torch.float64),) for _ in range(2)]

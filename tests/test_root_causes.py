@@ -113,7 +113,9 @@ def test_only_groups_wholly_at_the_contracts_failing_plans_join_it():
         ["vmap_of_vjp"],
         ["vmap_of_jvp"],
     ]
-    assert grouping.join_rule_consequences(groups[1:]) == groups[1:]  # no contract failure: unchanged
+    assert (
+        grouping.join_rule_consequences(groups[1:]) == groups[1:]
+    )  # no contract failure: unchanged
 
 
 def test_assert_conforms_groups_as_the_cli_does():

@@ -93,17 +93,30 @@ def merge(reports: list[tuple[str, dict[str, Any]]]) -> RunResult:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.cli.common import check_output_paths, write_reports
+    from harness.cli.common import check_output_paths, report_write_failures, write_reports
     from harness.cli.run import print_summary
     from harness.core.schema import read_report
 
     check_output_paths(args)
     reports = [(path, read_report(path)) for path in args.reports]
     result = merge(reports)
-    write_reports(result, args)
+    failed = write_reports(result, args)
     if args.quiet:
         print(f"{result.verdict}: {result.summary_line()}")
     else:
-        print(f"merged {len(reports)} reports into {args.json}")
+        print(f"merged {len(reports)} reports ({len(result.cases)} cases)")
         print_summary(result)
-    return 0 if result.ok and not result.metadata["interrupted"] else 1
+        if args.written:
+            print(f"wrote {', '.join(args.written)}")
+    if failed:
+        report_write_failures(args, failed)
+        return 2
+    if result.ok and not result.metadata["interrupted"]:
+        return 0
+    if not args.quiet:
+        print(
+            "next: the `reproduce:` command of a root cause above writes a script for one of "
+            f"its cases; `afdb run --last-failed {args.paths_as_given.get(args.json, args.json)}` "
+            "reruns only them"
+        )
+    return 1

@@ -111,7 +111,10 @@ def apply_last_failed(args: argparse.Namespace, *, user: bool) -> list[str] | No
     if md.get("plan_cap"):
         args.plan_cap = md["plan_cap"]
     args.hazard_probe = bool(md.get("hazard_probe"))
-    checks = sorted({c["check"] for c in bad if c.get("check") != "samples"})
+    checks: list[str] = []  # in the report's order (the catalogue's)
+    for c in bad:
+        if c.get("check") != "samples" and c["check"] not in checks:
+            checks.append(c["check"])
     if checks and not _given(args, "--checks"):
         args.checks = ",".join(checks)
     entries: list[str] = []
