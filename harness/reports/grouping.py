@@ -148,9 +148,9 @@ def join_rule_consequences(
     home: dict[int, Group] = {}  # id(group) -> the group it joins
     anchors: list[tuple[Group, set[tuple[str, str]]]] = []
     for g in groups:
-        keys = {k for c in g.cases if c.check == CONTRACT for k in [_plan_key(c)] if k}
-        if keys and g.status in _JOINABLE:
-            anchors.append((g, keys))
+        found = {k for c in g.cases if c.check == CONTRACT for k in [_plan_key(c)] if k}
+        if found and g.status in _JOINABLE:
+            anchors.append((g, found))
     group_of_id = {c.id: g for g in groups for c in g.cases}
     for g in groups:
         if g.status not in _JOINABLE or any(g is a for a, _ in anchors):
@@ -161,7 +161,7 @@ def join_rule_consequences(
                 home[id(g)] = a
                 break
         else:
-            named = {m.group(1) if m else None for m in map(_FOLLOWS.search, _messages(g))}
+            named = {m.group(1) if m else "" for m in map(_FOLLOWS.search, _messages(g))}
             target = group_of_id.get(named.pop()) if len(named) == 1 else None
             if target is not None and target is not g and target.status in _JOINABLE:
                 home[id(g)] = target
