@@ -41,7 +41,10 @@ def add_parsers(sub: Any) -> None:
         "edited, 2 bad input.",
     )
     p.add_argument(
-        "names", nargs="*", metavar="SELECT", help="entry names or tag:TAG (default: all)"
+        "names",
+        nargs="*",
+        metavar="SELECT",
+        help="entry names, tag:TAG, or case id prefixes such as NumpyMul/vmap (default: all)",
     )
     add_common_options(p)
     p.set_defaults(device=None)
@@ -261,7 +264,7 @@ def certify(
     from harness.certify.certificate import build
     from harness.cli.common import options_from_args
     from harness.cli.run import execute, print_summary
-    from harness.sources import load_source, options_for_source, select_entries
+    from harness.sources import case_prefixes, load_source, options_for_source, select_entries
 
     imports = import_modules(backend.imports)
     backend.validate()
@@ -271,6 +274,7 @@ def certify(
     options = options_from_args(args).replace(checks=tuple(checks))
     everything = load_source(args.source)
     entries = select_entries(everything, args.names)
+    args.case_prefixes = case_prefixes(entries, args.names)
     options = options_for_source(args.source, entries, options)
     from harness.certify.checks import adapt
 

@@ -28,7 +28,7 @@ def add_parsers(sub: Any) -> None:
         "diff",
         help="regression report between two JSON reports (exit 1 when anything regressed)",
         description="Compare two reports case by case: regressed, fixed, newly unsupported, "
-        "changed failure messages, added and removed cases, grouped by entry and check. "
+        "changed failure messages, added and removed cases, each grouped by root cause. "
         "Exit status 1 when a case regressed (pass -> fail/error/crash/timeout), else 0.",
     )
     p.add_argument("old", metavar="OLD.json")

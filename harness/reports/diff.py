@@ -1,6 +1,8 @@
 """Regression diffs between two reports (say, two torch builds), keyed by case id.
 
-Categories, each grouped by entry and check:
+Categories, each rendered (text, Markdown) grouped by root cause as a run's failures are
+(``harness.reports.grouping``: one entry, one status change, one cause across checks;
+``added`` and ``removed`` by entry and check); the JSON lists every case:
 
 - regressed: ``pass`` before, ``fail``/``error``/``crash``/``timeout`` now (exit status 1);
 - fixed: one of those (or ``xfail``) before, ``pass``/``xpass`` now;
