@@ -231,17 +231,28 @@ def infer_target(function: Any, samples: Any, **fields: Any) -> Any:
     )
 
 
-def format_failures(result: RunResult) -> str:
-    lines = [f"{len(result.failures())} of {len(result.cases)} cases do not conform:"]
-    for c in result.failures():
-        lines.append(f"- {c.id} [{c.status}]: {c.message}")
-        if c.repro:
-            lines.append(f"  reproduce: {c.repro}")
+def format_failures(result: RunResult, *, limit: int = 20) -> str:
+    """The non-conforming cases as the CLI prints them: one block per root cause (its
+    message first, then its checks, its first case ids and the command that reproduces
+    one), at most ``limit`` blocks, then how many more."""
+    from harness.reports.grouping import failure_groups, plural, terminal_lines
+
+    bad = result.failures()
+    groups = failure_groups(result.cases)
+    entries = sorted({c.entry for c in bad})
+    who = entries[0] if len(entries) == 1 else f"{len(entries)} entries"
+    lines = [
+        f"{who}: {len(bad)} of {plural(len(result.cases), 'case')} do not conform, "
+        f"{plural(len(groups), 'root cause')}:"
+    ]
+    lines += terminal_lines(groups, limit=limit)
+    lines.append(f"{result.verdict}: {result.summary_line()}")
     return "\n".join(lines)
 
 
 def assert_conforms(function: Any, samples: Any, **options: Any) -> RunResult:
-    """Run ``check`` and raise AssertionError listing every failing case with its repro command."""
+    """Run ``check`` and raise AssertionError with the failures grouped by root cause, each
+    with its repro command (``format_failures``)."""
     result = check(function, samples, **options)
     if not result.ok:
         raise AssertionError(format_failures(result))

@@ -314,29 +314,95 @@ def should_skip(expectations: Expectations | None, case_id: str) -> Expectation 
     return exp if exp is not None and exp.status == SKIP else None
 
 
+#: Statuses ``--accept`` writes an expectation for (an ``xfail`` for each root cause).
+_FAILED = (FAIL, "error", "timeout", "crash")
+#: Statuses an expectation may also cover without changing them: an ``xfail`` leaves
+#: ``unsupported`` and ``internal`` as they are, and a skip or another xfail is decided by
+#: the longest id. A ``pass`` it covered would become ``xpass``, a failure of another cause
+#: would take its reason: the prefixes of a cause cover neither.
+_HARMLESS = ("unsupported", "internal", SKIP, XFAIL)
+
+
 def from_results(results: list[CaseResult], previous: Expectations | None = None) -> Expectations:
     """The expectations a run implies (for ``--accept``): keep reasons, ask for new ones.
+
+    A new failure gets no expectation of its own: each root cause of the new failures
+    (``harness.reports.grouping``) gets the shortest id prefixes that cover its cases and
+    no other case of the run (``cover``), usually one (``Entry/check``) per check it fails
+    in whole, with one reason placeholder.
 
     Entries whose ``"torch"`` condition does not hold on this torch say nothing about
     this run: they are kept as they are, in their place. Kept entries keep their
     condition; new ones get none.
     """
+    return _implied(results, previous)[0]
+
+
+def _implied(
+    results: list[CaseResult], previous: Expectations | None
+) -> tuple[Expectations, list[tuple[Any, list[str]]]]:
+    """``from_results``'s expectations, and each new root cause with its prefixes."""
     used: set[Expectation] = set()
-    added: list[Expectation] = []
-    covered: set[str] = set()
+    fresh: list[CaseResult] = []
     for r in results:
-        if r.status in (FAIL, "error", "timeout", "crash", XFAIL, SKIP):
+        if r.status in (*_FAILED, XFAIL, SKIP):
             exp = previous.lookup(r.id) if previous else None
             if exp is not None:
                 used.add(exp)
-            elif r.status != SKIP and r.id not in covered:
-                covered.add(r.id)
-                added.append(Expectation(r.id, XFAIL, PLACEHOLDER))
+            elif r.status in _FAILED:
+                fresh.append(r)
+    causes = cause_prefixes(results, fresh)
+    added = [Expectation(p, XFAIL, PLACEHOLDER) for _, prefixes in causes for p in prefixes]
     active = set(previous.active) if previous else set()
     kept = [e for e in (previous.items if previous else ()) if e in used or e not in active]
-    return Expectations(
+    implied = Expectations(
         tuple(kept + added), torch_version=previous.torch_version if previous else None
     )
+    return implied, causes
+
+
+def cause_prefixes(
+    results: list[CaseResult], fresh: list[CaseResult]
+) -> list[tuple[Any, list[str]]]:
+    """Each root cause of ``fresh`` (a ``Group``, in report order) with the id prefixes
+    that cover its cases and no other case of ``results`` that an xfail would change."""
+    from harness.reports.grouping import group_cases
+
+    out = []
+    for g in group_cases(fresh):
+        mine = [c.id for c in g.cases]
+        taken = set(mine)
+        others = [r.id for r in results if r.id not in taken and r.status not in _HARMLESS]
+        out.append((g, cover(mine, others)))
+    return out
+
+
+def cover(ids: list[str], others: list[str], *, depth: int = 2) -> list[str]:
+    """The fewest id prefixes (``/``-bounded, at least ``depth`` parts: ``Entry/check``)
+    that match every id of ``ids`` and none of ``others``, in the order of ``ids``."""
+    out: list[str] = []
+
+    def walk(prefix: str, mine: list[str], level: int) -> None:
+        if level >= depth and not any(Expectation(prefix, XFAIL, "").matches(o) for o in others):
+            out.append(prefix)
+            return
+        children: dict[str, list[str]] = {}
+        for i in mine:
+            parts = i.split("/")
+            child = "/".join(parts[: level + 1])
+            children.setdefault(child, []).append(i)
+        for child, under in children.items():
+            if child == prefix:  # the id itself: nothing shorter covers it alone
+                out.append(prefix)
+            else:
+                walk(child, under, level + 1)
+
+    by_entry: dict[str, list[str]] = {}
+    for i in ids:
+        by_entry.setdefault(i.split("/", 1)[0], []).append(i)
+    for entry, mine in by_entry.items():
+        walk(entry, mine, 1)
+    return out
 
 
 def as_dict(e: Expectation) -> dict[str, Any]:
@@ -406,12 +472,17 @@ def accept(path: str | Path, results: list[CaseResult]) -> tuple[Expectations, l
         previous = load_previous(path)
     except (OSError, ValueError) as err:
         raise ExpectationsError(f"{path}: cannot read it to --accept ({err})") from None
-    new = from_results(results, previous)
+    from harness.reports.grouping import headline
+
+    new, causes = _implied(results, previous)
     changes = []
-    old = set(previous.items) if previous else set()
-    for e in new.items:
-        if e not in old:
-            changes.append(f"added {e.id} (xfail): write its reason in {path}")
+    for group, prefixes in causes:
+        ids = ", ".join(prefixes[:3]) + (f" and {len(prefixes) - 3} more" if prefixes[3:] else "")
+        what = "an expectation" if len(prefixes) == 1 else f"{len(prefixes)} expectations"
+        changes.append(
+            f"added {what} (xfail) for one root cause, {headline(group)}: {ids}; write its "
+            f"reason in {path}"
+        )
     for e in previous.items if previous else ():
         if e not in new.items:
             changes.append(f"removed {e.id} (it passes now, or matches no case)")

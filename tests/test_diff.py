@@ -53,7 +53,8 @@ def test_planted_regression_is_reported_exactly(two_runs, tmp_path, capsys):
     assert result["counts"]["unchanged"] == len(old_ids) - len(expected)
     assert result["warnings"] == []
     text = md.read_text()
-    assert "**REGRESSED**" in text and "### NumpyMul / vmap" in text
+    assert "**REGRESSED**" in text
+    assert f"### NumpyMul: {len(expected)} cases in vmap, pass -> fail" in text
     assert "NumpyCube" not in text.split("## Regressed", 1)[1]
     assert "reproduce: `afdb repro 'NumpyMul/vmap/s0/in_dims=(None,0)' --seed 0" in text
     assert "pass -> fail" in capsys.readouterr().out
@@ -145,3 +146,34 @@ def test_refuses_other_schema_versions_and_warns_on_suite_versions(two_runs, tmp
     with pytest.raises(ReportError, match=r"cases\[0\]\.status"):
         data["cases"][0]["status"] = "passed"
         diff.diff_reports(json.loads(old.read_text()), data, "old.json", "bad.json")
+
+
+def test_changes_are_grouped_by_root_cause_across_checks():
+    def c(id_, status, message=""):
+        entry, check = id_.split("/")[:2]
+        return CaseResult(id_, entry, check, 0, "s0", None, status, message, repro=f"r {id_}")
+
+    raised = "the Function raised ValueError: bad {} (in F.vmap at f.py:3; raised at g.py:{} in h)"
+    old = RunResult([c("F/vmap/s0/in_dims=(0,)", "pass"), c("F/grad_of_vmap/s0/in_dims=(1,)", "pass"),
+                     c("F/jvp/s0", "fail", "jvp: values differ")], {})  # fmt: skip
+    new = RunResult(
+        [
+            c("F/vmap/s0/in_dims=(0,)", "error", "vmap in_dims=(0,): " + raised.format(3, 7)),
+            c(
+                "F/grad_of_vmap/s0/in_dims=(1,)",
+                "error",
+                "grad_of_vmap in_dims=(1,) forward: " + raised.format(4, 7),
+            ),  # fmt: skip
+            c("F/jvp/s0", "pass"),
+        ],
+        {},
+    )
+    d = diff.diff_results(old, new)
+    groups = diff.cause_groups(d.regressed)
+    assert [g.checks for g in groups] == [["vmap", "grad_of_vmap"]]  # one cause, two checks
+    text = diff.to_text(d)
+    assert "Regressed (2 cases, 1 root cause):" in text
+    assert "  F: 2 cases in vmap, grad_of_vmap, pass -> error (one root cause)" in text
+    md = diff.to_markdown(d)
+    assert "### F: 2 cases in vmap, grad_of_vmap, pass -> error" in md
+    assert "### F: 1 case in jvp, fail -> pass" in md and "- before: jvp: values differ" in md

@@ -20,14 +20,14 @@ def test_assert_conforms_passes_quietly_for_a_correct_function():
     assert result.ok and "chose batch size 4" in result.metadata["batch_size_note"]
 
 
-def test_assert_conforms_lists_each_failing_case_with_message_and_repro():
+def test_assert_conforms_gives_each_root_cause_with_message_and_repro():
     with pytest.raises(AssertionError) as info:
         assert_conforms(rotations.BrokenRotatePoints, rotations.rotation_samples, checks=["vmap"])
     text = str(info.value)
-    assert text.startswith("8 of 17 cases do not conform:")
-    assert "- BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4 [fail]: vmap in_dims=(0,1),B=4" in text
+    assert text.startswith("BrokenRotatePoints: 8 of 17 cases do not conform, 1 root cause:")
+    assert "    vmap in_dims=(None,1),B=4 (Function under vmap vs loop over slices)" in text
     assert (
-        "reproduce: afdb repro 'BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4' "
+        "reproduce: afdb repro 'BrokenRotatePoints/vmap/s0/in_dims=(None,1),B=4' "
         "rotations:BrokenRotatePoints --samples rotations:rotation_samples" in text
     )
 

@@ -39,7 +39,8 @@ def test_correct_function_exits_0_and_says_which_batch_sizes(capsys, tmp_path):
     assert "ok   vmap" in out and "ok   contract" in out
     assert "the suite chose batch size 4, nested sizes 4,5" in out
     assert "sample dims use sizes [2, 3]" in md.read_text()
-    assert out.strip().endswith("pass")
+    last = out.strip().splitlines()[-2:]
+    assert last[0].endswith("pass") and last[1] == f"wrote {md}"  # what it wrote, last
 
 
 def test_broken_function_exits_1_naming_the_cases_with_repro_in_the_report(capsys, tmp_path):

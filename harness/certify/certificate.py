@@ -125,6 +125,46 @@ def overall_verdict(areas: list[dict[str, Any]], interrupted: bool) -> str:
     return CONFORMS
 
 
+def coverage(areas: list[dict[str, Any]], verdict: str) -> str:
+    """What a verdict rests on, per area, for the verdict line:
+
+    ``conforms on 1,119 cases, 641 of them unsupported: vmap 300 (12 unsupported), ...``;
+    when most cases are unsupported the line says so (``MOST CASES DID NOT RUN``)."""
+    total = sum(sum(a["counts"].values()) for a in areas)
+    unsupported = sum(a["counts"].get(UNSUPPORTED, 0) for a in areas)
+    bad = sum(len(a["non_conforming"]) for a in areas)
+    parts = []
+    for a in areas:
+        n = sum(a["counts"].values())
+        if not n:
+            continue
+        u = a["counts"].get(UNSUPPORTED, 0)
+        detail = [f"{len(a['non_conforming']):,} not conforming"] if a["non_conforming"] else []
+        detail += [f"{u:,} unsupported"] if u else []
+        parts.append(f"{a['name']} {n:,}" + (f" ({', '.join(detail)})" if detail else ""))
+    if verdict == DOES_NOT_CONFORM:
+        head = f"{verdict}: {bad:,} of {total:,} cases do not conform"
+    elif verdict == NOT_APPLICABLE:
+        head = f"{verdict}: none of {total:,} cases ran (all unsupported or skipped)"
+    elif verdict == INCOMPLETE:
+        head = f"{verdict}: the run was interrupted after {total:,} cases"
+    else:
+        head = f"{verdict} on {total:,} cases"
+    if unsupported and verdict != NOT_APPLICABLE:
+        share = round(100 * unsupported / total)
+        head += f", {unsupported:,} of them unsupported"
+        if 2 * unsupported > total:
+            head += f" ({share}%: MOST CASES DID NOT RUN on this backend)"
+    if verdict == NOT_APPLICABLE:
+        return head
+    return head + (": " + "; ".join(parts) if parts else "")
+
+
+def verdict_line(cert: dict[str, Any]) -> str:
+    """The certificate's verdict with the coverage it rests on (see ``coverage``)."""
+    return coverage(cert["areas"], cert["verdict"])
+
+
 def digest(cert: dict[str, Any]) -> str:
     env = cert["environment"]
     payload = {
@@ -260,7 +300,9 @@ def to_markdown(cert: dict[str, Any], *, max_ids: int = 30, max_unsupported: int
     lines = [
         f"# afdb certificate: {md_escape(backend_title(cert))}",
         "",
-        f"**Verdict: {cert['verdict']}** ({report.summary_line()})",
+        f"**Verdict: {md_escape(verdict_line(cert))}**",
+        "",
+        f"Cases: {report.summary_line()}.",
         "",
         f"Digest `{cert['digest']}`; re-check with `afdb certify --verify CERT.json`.",
         "",
@@ -334,7 +376,7 @@ def to_html(cert: dict[str, Any], *, max_ids: int = 50) -> str:
         "</style></head><body>"
         f"<h1>afdb certificate: {e(backend_title(cert))}</h1>"
         f"<p><b style='color:{colour.get(cert['verdict'], '#57606a')}'>Verdict: "
-        f"{e(cert['verdict'])}</b> ({e(report.summary_line())})</p>"
+        f"{e(verdict_line(cert))}</b></p><p>Cases: {e(report.summary_line())}.</p>"
         f"<p>Digest <code>{e(cert['digest'])}</code>; re-check with "
         "<code>afdb certify --verify CERT.json</code>.</p>"
         f"<h2>Environment</h2><table>{rows}</table><h2>Scope</h2><table>{scope}</table>"
@@ -358,6 +400,8 @@ def write_html(cert: dict[str, Any], path: str | Path) -> None:
 
 __all__ = [
     "AREAS",
+    "coverage",
+    "verdict_line",
     "CERT_SCHEMA",
     "CONFORMS",
     "DOES_NOT_CONFORM",

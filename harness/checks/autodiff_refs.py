@@ -26,6 +26,7 @@ from harness.checks.catalogue import (
     Unsupported,
 )
 from harness.checks.compare import compare_tensors
+from harness.core.errors import FunctionRaised
 from harness.plans.batching import as_tuple
 from harness.plans.pytrees import FlatCall
 
@@ -55,10 +56,6 @@ ONCE_DIFFERENTIABLE_REASON = (
 )
 
 
-class FunctionRaised(Exception):
-    """The Function (or torch on its behalf) raised inside a named sub-check."""
-
-
 def attempt(label: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``fn``; an exception is re-raised as FunctionRaised naming the sub-check."""
     try:
@@ -68,9 +65,7 @@ def attempt(label: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     except Exception as e:
         if "(reference" in label:
             raise ReferenceRaised(reference_raised_message(label, e)) from e
-        raise FunctionRaised(f"{label}: {type(e).__name__}: {e}").with_traceback(
-            e.__traceback__
-        ) from e
+        raise FunctionRaised(label, e).with_traceback(e.__traceback__) from e
 
 
 def reference_raised_message(label: str, exc: BaseException) -> str:

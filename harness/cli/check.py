@@ -17,7 +17,8 @@ from collections import Counter
 from typing import Any
 
 from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
-from harness.cli.run import execute, worker_count
+from harness.cli.run import closing_lines, execute, run_status, worker_count
+from harness.cli.selection import add_selection_options, apply_last_failed, last_failed_note
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
 from harness.core.textsafe import visible
@@ -87,8 +88,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--accept",
         action="store_true",
-        help="rewrite --expectations FILE from this run (new failures get a reason placeholder)",
+        help="write --expectations FILE from this run (created when missing): one expectation "
+        "per root cause (an id prefix), new ones with a reason placeholder",
     )
+    add_selection_options(p, "check")
     # A user's samples keep their own dtypes unless --dtype is given.
     p.set_defaults(func=cmd_check, isolate=True, dtype=None)
     for action in p._actions:
@@ -210,12 +213,18 @@ def print_check_summary(result: RunResult) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
 
+    if args.accept and not args.expectations:
+        raise CliError("--accept needs --expectations FILE (the file to write)")
+    rerun = apply_last_failed(args, user=True)
+    if rerun is not None and not rerun:
+        print(f"nothing to rerun: {args.last_failed} has no non-conforming case")
+        return 0
+    if args.accept and rerun is not None:
+        raise CliError("--accept writes the expectations of a whole run; leave --last-failed out")
     options = options_from_args(args)
     if options.timeout_s is None:
         options = options.replace(timeout_s=DEFAULT_TIMEOUT_S)
     check_output_paths(args)
-    if args.accept and not args.expectations:
-        raise CliError("--accept needs --expectations FILE (the file to write)")
     spec = spec_from_args(args, args.target)
     entry, options = prepared(spec, options)
     if not args.quiet:
@@ -232,6 +241,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             else ("in a worker process" if n == 1 else "in this process")
         )
         print(f"running the cases {mode}, timeout {options.timeout_s:g} s per case")
+        if rerun is not None:
+            print(last_failed_note(args))
     accept_path = None
     if args.accept:
         accept_path = args.expectations
@@ -244,23 +255,37 @@ def cmd_check(args: argparse.Namespace) -> int:
         if accept_path is not None and args.expectations:
             os.unlink(args.expectations)
     if accept_path is not None:
-        from harness import expectations as ex
+        return _accept(accept_path, result, args)
+    status = run_status(result, args)
+    command = f"afdb check {shlex.quote(args.target)}"
+    if args.samples:
+        command += f" --samples {shlex.quote(args.samples)}"
+    closing_lines(result, args, status, rerun_command=command)
+    return status
 
-        _, changes = ex.accept(accept_path, result.cases)
-        for line in changes:
-            print(f"accept: {line}")
-        if not changes:
-            print(f"accept: {accept_path} already matches this run")
-        needs = sum("write its reason" in c for c in changes)
-        if needs:
-            print(f"accept: {needs} new expectation(s) need a reason before the file validates")
-            return 1
-        return 0
-    if getattr(args, "write_failures", None):
-        return 2  # the summary was printed; a report the user asked for is missing
-    if result.metadata.get("interrupted"):
-        return 130
-    return result.exit_status
+
+def _accept(path: str, result: RunResult, args: argparse.Namespace) -> int:
+    """``--accept``: write the expectations file from the run; 1 while reasons are missing."""
+    import os
+
+    from harness import expectations as ex
+
+    created = not os.path.exists(path)
+    new, changes = ex.accept(path, result.cases)
+    for line in changes:
+        print(f"accept: {line}")
+    if not changes:
+        print(f"accept: {path} already matches this run")
+    if not args.quiet:
+        written = [*getattr(args, "written", []), path]
+        count = f"{len(new.items)} expectation{'s' if len(new.items) != 1 else ''}"
+        print(f"wrote {', '.join(written)} ({'created, ' if created else ''}{count})")
+    needs = sum(e.reason == ex.PLACEHOLDER for e in new.items)
+    if needs:
+        print(f"accept: {needs} new expectation(s) need a reason before the file validates")
+        print(f"next: replace each TODO reason in {path} with why it is expected to fail")
+        return 1
+    return 0
 
 
 def _skips_only(path: str) -> str | None:

@@ -88,7 +88,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         Shard.parse(args.shard)
         if getattr(args, "shard_durations", None):
             baseline_durations(args.shard_durations, "")  # an unreadable file: refused now
-    if getattr(args, "expectations", None):
+    if getattr(args, "expectations", None) and not _to_create(args):
         from harness import expectations as ex
 
         try:
@@ -132,6 +132,13 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if args.timeout is not None and not 0 < args.timeout < float("inf"):  # nan, inf too
         raise CliError("--timeout must be a positive number of seconds")
     return opts
+
+
+def _to_create(args: argparse.Namespace) -> bool:
+    """``--accept`` with an expectations file that does not exist yet: it writes it."""
+    import os
+
+    return bool(getattr(args, "accept", False)) and not os.path.exists(args.expectations)
 
 
 #: The files a command reads, by the attribute argparse gives them, as a message names them.
@@ -214,6 +221,11 @@ def check_output_paths(
             raise CliError(f"--{flag} {e}") from None
         # absolute now: a Function that changes the working directory cannot move the reports
         setattr(args, flag, os.path.abspath(path))
+        shown = dict(getattr(args, "paths_as_given", None) or {})
+        shown[os.path.abspath(path)] = path  # how the closing "wrote ..." line names it
+        args.paths_as_given = shown
+        if flag == "json":
+            args.json_as_given = path
 
 
 def keep_previous_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
@@ -274,6 +286,7 @@ def _is_interrupted_report(path: str, flag: str) -> bool:
 
 def write_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
     """Write every report asked for; return one line per write that failed (disk full, ...).
+    ``args.written`` lists the paths written, as the user gave them.
 
     One failed write does not stop the others; the caller prints the summary first, then
     these lines, and exits 2, so the results are never lost to an I/O error.
@@ -283,10 +296,13 @@ def write_reports(result: RunResult, args: argparse.Namespace) -> list[str]:
     for line in keep_previous_reports(result, args):
         print(line, file=sys.stderr)
     failed: list[str] = []
+    args.written = []
+    shown = getattr(args, "paths_as_given", None) or {}
 
     def attempt(flag: str, path: str, write: Callable[[RunResult, str], None]) -> None:
         try:
             write(result, path)
+            args.written.append(shown.get(path, path))
         except OSError as e:
             failed.append(f"--{flag} {path}: could not write the report ({e.strerror or e})")
         except UsageError as e:

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.cli.common import add_common_options
 from harness.cli.run import cmd_list, cmd_run
+from harness.cli.selection import add_selection_options
 from harness.core.errors import UsageError
 from harness.core.textsafe import visible
 
@@ -44,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Conformance suite for torch.autograd.Function under torch.func transforms.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for usage errors")
+    parser.add_argument(
+        "--version", action="version", version=version_line(), help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("list", help="entries, their capabilities and API axes")
@@ -55,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run the database (or a selection) and write reports")
     p.add_argument(
-        "names", nargs="*", metavar="SELECT", help="entry names or tag:TAG (default: all)"
+        "names",
+        nargs="*",
+        metavar="SELECT",
+        help="entry names, tag:TAG, or case id prefixes such as NumpyMul/vmap (default: all)",
     )
     p.add_argument("--source", default="afdb", help="entry source: afdb (default) or pytorch")
     add_common_options(p)
@@ -76,11 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ignore the source's committed expectations (harness/known_failures/SOURCE.json)",
     )
+    add_selection_options(p, "run")
     p.set_defaults(func=cmd_run)
 
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parsers(sub)
     return parser
+
+
+def version_line() -> str:
+    """``afdb 0.1.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
+    import platform
+
+    import torch
+
+    from harness.engine.metadata import SUITE_VERSION
+
+    return f"afdb {SUITE_VERSION} (torch {torch.__version__}, Python {platform.python_version()})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

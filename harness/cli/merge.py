@@ -209,11 +209,21 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.quiet:
         print(f"{result.verdict}: {result.summary_line()}")
     else:
-        print(f"merged {len(reports)} reports into {args.json}")
+        print(f"merged {len(reports)} reports ({len(result.cases)} cases)")
         if partial:
             print(f"partial: {partial['note']}")
         print_summary(result)
-    report_write_failures(args, failed)
+        if args.written:
+            print(f"wrote {', '.join(args.written)}")
     if failed:
+        report_write_failures(args, failed)
         return 2  # the summary was printed; a report the user asked for is missing
-    return 0 if result.ok and not result.metadata["interrupted"] and not partial else 1
+    if result.ok and not result.metadata["interrupted"] and not partial:
+        return 0
+    if not args.quiet and not partial:
+        print(
+            "next: the `reproduce:` command of a root cause above writes a script for one of "
+            f"its cases; `afdb run --last-failed {args.paths_as_given.get(args.json, args.json)}` "
+            "reruns only them"
+        )
+    return 1

@@ -28,7 +28,7 @@ def add_parsers(sub: Any) -> None:
         "diff",
         help="regression report between two JSON reports (exit 1 when anything regressed)",
         description="Compare two reports case by case: regressed, fixed, newly unsupported, "
-        "changed failure messages, added and removed cases, grouped by entry and check. "
+        "changed failure messages, added and removed cases, each grouped by root cause. "
         "Exit status 1 when a case regressed (pass -> fail/error/crash/timeout), else 0.",
     )
     p.add_argument("old", metavar="OLD.json")
@@ -60,12 +60,17 @@ def _emit(text: str, path: str) -> None:
         write_atomic(path, text)
 
 
-def _attempt(failed: list[str], flag: str, path: str, write: Any) -> None:
-    """Run one write; an I/O error becomes a line in ``failed`` (printed last, exit 2)."""
+def _attempt(
+    failed: list[str], flag: str, path: str, write: Any, written: list[str] | None = None
+) -> None:
+    """Run one write; an I/O error becomes a line in ``failed`` (printed last, exit 2);
+    the path of a file written goes into ``written``."""
     from harness.core.errors import UsageError
 
     try:
         write()
+        if written is not None and path != "-":
+            written.append(path)
     except OSError as e:
         failed.append(f"--{flag} {path}: could not write it ({e.strerror or e})")
     except UsageError as e:
@@ -88,18 +93,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not (args.html or args.markdown or args.junit):
         args.markdown = "-"
     failed: list[str] = []
+    written: list[str] = []
     if args.markdown:
         _attempt(
             failed,
             "markdown",
             args.markdown,
             lambda: _emit(report.to_markdown(result), args.markdown),
+            written,
         )
     if args.html:
-        _attempt(failed, "html", args.html, lambda: html_report.write_html(result, args.html))
+        _attempt(
+            failed, "html", args.html, lambda: html_report.write_html(result, args.html), written
+        )
     if args.junit:
-        _attempt(failed, "junit", args.junit, lambda: junit.write_junit(result, args.junit))
+        _attempt(
+            failed, "junit", args.junit, lambda: junit.write_junit(result, args.junit), written
+        )
+    _say_written(args, written)
     return _report_failures("report", failed)
+
+
+def _say_written(args: argparse.Namespace, written: list[str]) -> None:
+    """``wrote a.md, a.html`` as the user named them (on stderr when stdout is the output)."""
+    if not written:
+        return
+    shown = getattr(args, "paths_as_given", None) or {}
+    out = sys.stderr if getattr(args, "markdown", None) == "-" else sys.stdout
+    print(f"wrote {', '.join(shown.get(p, p) for p in written)}", file=out)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -113,19 +134,29 @@ def cmd_diff(args: argparse.Namespace) -> int:
     for w in d.warnings:  # metadata of the reports: shown, never sent to the terminal
         print(f"warning: {visible(w, keep_newlines=False)}", file=sys.stderr)
     failed: list[str] = []
+    written: list[str] = []
     if args.markdown:
         _attempt(
             failed,
             "markdown",
             args.markdown,
             lambda: _emit(diff.to_markdown(d, title=args.title), args.markdown),
+            written,
         )
     if args.json:
-        _attempt(failed, "json", args.json, lambda: _emit(diff.to_json(d), args.json))
+        _attempt(failed, "json", args.json, lambda: _emit(diff.to_json(d), args.json), written)
     if args.quiet:
         print(f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}")
     elif args.markdown != "-":
         sys.stdout.write(diff.to_text(d))
+    if not args.quiet:
+        _say_written(args, written)
     if failed:  # after the summary: the user sees the verdict, then what is missing
         return _report_failures("diff", failed)
+    if d.has_regressions and not args.quiet and args.markdown != "-":
+        command = "afdb check TARGET" if d.new_meta.get("source") == "user" else "afdb run"
+        print(
+            f"next: `{command} --last-failed {args.new}` reruns the cases that do not conform "
+            "now; the Markdown diff (--markdown FILE) gives the reproduce command of each root cause"
+        )
     return 1 if d.has_regressions else 0

@@ -20,6 +20,13 @@ from harness.cli.common import (
     report_write_failures,
     write_reports,
 )
+from harness.cli.selection import (
+    apply_last_failed,
+    case_selection,
+    last_failed_note,
+    max_fail,
+)
+from harness.core.errors import RunStopped
 from harness.core.options import Options
 from harness.core.results import CaseResult, RunResult
 from harness.core.textsafe import visible
@@ -32,8 +39,16 @@ class Progress:
     in-process and under workers (where results arrive all at once at the end).
     """
 
-    def __init__(self, quiet: bool, expectations: Any = None) -> None:
+    def __init__(
+        self,
+        quiet: bool,
+        expectations: Any = None,
+        adjust: Callable[[CaseResult], Any] | None = None,
+    ) -> None:
         self.quiet = quiet
+        #: Changes a copy of each result after the expectations, as the command will
+        #: change the results themselves before its summary (``afdb certify``'s reclassify).
+        self.adjust = adjust
         #: Statuses are counted after these expectations (an expected failure is xfail,
         #: as in the summary); the results themselves are changed later, once.
         self.expectations = expectations
@@ -46,12 +61,17 @@ class Progress:
             self.flush()
             self.current = r.entry
         status = r.status
-        if self.expectations is not None:
+        if self.expectations is not None or self.adjust is not None:
             import dataclasses
 
             from harness.expectations import apply
 
-            status = apply(self.expectations, dataclasses.replace(r)).status
+            copy = dataclasses.replace(r)
+            if self.expectations is not None:
+                copy = apply(self.expectations, copy)
+            if self.adjust is not None:
+                self.adjust(copy)
+            status = copy.status
         self.counts[status] = self.counts.get(status, 0) + 1
         self.seconds += r.duration_s
 
@@ -142,12 +162,14 @@ def execute(
     target: Any = None,
     summary: Callable[[RunResult], None] | None = None,
     known_entries: set[str] | None = None,
+    adjust: Callable[[CaseResult], Any] | None = None,
 ) -> RunResult:
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
     ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
     ``summary`` replaces the default printed summary; ``known_entries`` are all the
-    source's entry names (for telling a stale expectation from an unselected one).
+    source's entry names (for telling a stale expectation from an unselected one);
+    ``adjust`` changes a copy of each result before the progress line counts it.
     """
     from harness.engine.metadata import run_metadata
     from harness.engine.runner import run_entries
@@ -161,10 +183,12 @@ def execute(
             expectations = ex.load(args.expectations)
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
-    progress = Progress(args.quiet, expectations)
+    progress = Progress(args.quiet, expectations, adjust)
+    stop = max_fail(args, expectations)
     workers = worker_count(args)
     interrupted = False
-    only, shard_note = shard_selection(entries, options, args, source)
+    stopped = ""
+    only, shard_note = case_selection(entries, options, args, source)
     cases: list[CaseResult] = []
     if workers:
         from harness.engine.parallel import run_parallel
@@ -182,9 +206,12 @@ def execute(
                 collect=cases,
                 only=only,
                 backend=getattr(args, "backend_spec", None),
+                on_record=stop,
             )
         except KeyboardInterrupt:
             interrupted = True
+        except RunStopped as e:
+            stopped = str(e)
     else:
 
         def select(case: Any) -> bool:
@@ -197,12 +224,19 @@ def execute(
                 return skipped is None
             return True
 
+        def told(r: CaseResult) -> None:
+            progress(r)
+            if stop is not None:
+                stop(r)
+
         try:
             cases = run_entries(
-                entries, options, progress=progress, target=target, select=select, collect=cases
+                entries, options, progress=told, target=target, select=select, collect=cases
             )
         except KeyboardInterrupt:
             interrupted = True
+        except RunStopped as e:
+            stopped = str(e)
         if only is not None:
             cases[:] = [c for c in cases if c.id in only]
     progress.flush()
@@ -221,6 +255,8 @@ def execute(
     if hasattr(target, "to_dict"):
         result.metadata["target_spec"] = target.to_dict()
     result.metadata["interrupted"] = interrupted
+    if stopped:
+        result.metadata["stopped"] = stopped
     if shard_note is not None:
         result.metadata["shard"] = shard_note
     warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
@@ -228,6 +264,8 @@ def execute(
         print(f"warning: {visible(warning)}", file=sys.stderr)
     failed = write_reports(result, args)
     (summary or print_summary)(result)
+    if stopped:
+        print(stopped)
     report_write_failures(args, failed)
     return result
 
@@ -243,57 +281,27 @@ def worker_count(args: argparse.Namespace) -> int:
     return n
 
 
-def shard_selection(
-    entries: Sequence[Any], options: Options, args: argparse.Namespace, source: str
-) -> tuple[set[str] | None, dict[str, Any] | None]:
-    """The case ids of ``--shard K/N`` (None: every case) and what the report records about it:
-    the shard, the run's total, each case's position in it and the run's fingerprint."""
-    text = getattr(args, "shard", None)
-    if text is None:
-        return None, None
-    from harness.engine import shard
-    from harness.engine.parallel import _enumerate
-
-    spec = shard.Shard.parse(text)
-    _, cases, early = _enumerate(entries, options)
-    ids = [*early, *(c.id for c in cases)]
-    spec.check_count(len(ids))  # before anything is allocated per shard
-    durations, baseline = shard.baseline_durations(getattr(args, "shard_durations", None), source)
-    shard_of = shard.assign(ids, spec.count, durations)
-    only = {i for i, s in zip(ids, shard_of) if s == spec.index - 1}
-    note = {
-        "index": spec.index,
-        "count": spec.count,
-        "balanced_by": f"durations in {baseline}" if baseline else "case counts",
-        "total_cases": len(ids),
-        # Each case's position in the whole run, so `afdb merge` restores the run's order.
-        "positions": [n for n, s in enumerate(shard_of) if s == spec.index - 1],
-        "fingerprint": shard.fingerprint(
-            ids,
-            shard_of,
-            source=source,
-            options=options.to_dict(),
-            expectations=_expectations_text(getattr(args, "expectations", None)),
-        ),
-    }
-    return only, note
-
-
-def _expectations_text(path: str | None) -> str | None:
-    if not path:
-        return None
-    from harness.core.safe_io import read_text
-
-    return read_text(path, "--expectations")  # already read and validated: it is a file
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.sources import expectations_path, load_source, options_for_source, select_entries
+    from harness.sources import (
+        case_prefixes,
+        expectations_path,
+        load_source,
+        options_for_source,
+        select_entries,
+    )
 
+    rerun = apply_last_failed(args, user=False)
     options = options_from_args(args)
     check_output_paths(args)
     everything = load_source(args.source)
-    entries = select_entries(everything, args.names)
+    names = list(args.names)
+    if rerun is not None:
+        if not rerun:
+            print(f"nothing to rerun: {args.last_failed} has no non-conforming case")
+            return 0
+        names = names or rerun
+    entries = select_entries(everything, names)
+    args.case_prefixes = case_prefixes(entries, names)
     options = options_for_source(args.source, entries, options)
     if args.no_expectations:
         args.expectations = None
@@ -303,14 +311,47 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.expectations = str(committed)
             if not args.quiet:
                 print(f"using the committed expectations {committed} (--no-expectations to ignore)")
+    if rerun is not None and not args.quiet:
+        print(last_failed_note(args))
     result = execute(
         entries, options, args, source=args.source, known_entries={e.name for e in everything}
     )
+    status = run_status(result, args)
+    closing_lines(result, args, status, rerun_command="afdb run")
+    return status
+
+
+def run_status(result: RunResult, args: argparse.Namespace) -> int:
+    """The exit status of a running command: 2 a report is missing, 130 interrupted, else
+    the run's own (0 conforms, 1 does not)."""
     if getattr(args, "write_failures", None):
         return 2  # the summary was printed; a report the user asked for is missing
     if result.metadata.get("interrupted"):
         return 130
     return result.exit_status
+
+
+def closing_lines(
+    result: RunResult, args: argparse.Namespace, status: int, *, rerun_command: str
+) -> None:
+    """What the command wrote, then on failure the next step (nothing with --quiet)."""
+    if args.quiet:
+        return
+    written = getattr(args, "written", [])
+    if written:
+        print(f"wrote {', '.join(written)}")
+    if status != 1:
+        return
+    json_path = getattr(args, "json_as_given", None)
+    rerun = (
+        f"`{rerun_command} --last-failed {json_path}` reruns only them"
+        if json_path and json_path in written
+        else "add --json FILE to rerun only them later with --last-failed FILE"
+    )
+    print(
+        "next: the `reproduce:` command of a root cause above writes a script for one of its "
+        f"cases (`afdb repro CASE_ID`); {rerun}"
+    )
 
 
 # --- main -------------------------------------------------------------------------------

@@ -3,6 +3,11 @@
 * ``UsageError``: bad input from the user (a flag, a target, a file): one line naming what
   is wrong and how to fix it. The CLI prints it and exits 2; the Python API raises it.
 * ``CaseTimeout``: a case ran past its time limit (raised inside the case by the timer).
+* ``RunStopped``: a run ends early on purpose (``--maxfail``): the cases done so far are
+  the run's, the rest do not run.
+* ``FunctionRaised``: the Function (or torch on its behalf) raised inside a named sub-check
+  of a check; it carries the sub-check's label and the exception itself, and messages
+  describe the exception itself, never this wrapper.
 """
 
 from __future__ import annotations
@@ -14,3 +19,16 @@ class UsageError(ValueError):
 
 class CaseTimeout(Exception):
     """The case ran past its time limit."""
+
+
+class FunctionRaised(Exception):
+    """The Function (or torch on its behalf) raised ``original`` inside the sub-check ``label``."""
+
+    def __init__(self, label: str, original: BaseException) -> None:
+        super().__init__(f"{label}: {type(original).__name__}: {original}")
+        self.label = label
+        self.original = original
+
+
+class RunStopped(Exception):
+    """The run stops here on purpose (``-x`` / ``--maxfail N``); the message says why."""

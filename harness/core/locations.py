@@ -76,12 +76,19 @@ def location(filename: str, lineno: int | str | None, name: str = "") -> str:
 
 _INTERNAL = ("/torch/", "/harness/", "/contextlib.py", "/functools.py", "\\torch\\", "\\harness\\")
 
+#: The staticmethods through which torch enters a Function's own code.
+STATICMETHODS = ("vmap", "backward", "jvp", "forward", "setup_context")
+
+
+def _internal(filename: str) -> bool:
+    return any(part in filename for part in _INTERNAL)
+
 
 def user_frame(tb: TracebackType | None) -> str:
     """The innermost frame outside torch and the harness: where the user's code raised."""
     frames = traceback.extract_tb(tb)
     for fr in reversed(frames):
-        if not any(part in fr.filename for part in _INTERNAL):
+        if not _internal(fr.filename):
             return location(fr.filename, fr.lineno, fr.name)
     if frames:
         fr = frames[-1]
@@ -89,20 +96,62 @@ def user_frame(tb: TracebackType | None) -> str:
     return ""
 
 
+def entered_frame(tb: TracebackType | None) -> tuple[str, str] | None:
+    """Where the failure entered the user's code: the outermost frame outside torch and the
+    harness that is one of a Function's staticmethods (``vmap``, ``backward``, ``jvp``,
+    ``forward``, ``setup_context``), else the outermost such frame at all, as
+    ``(qualified name, file:line)``; None when no frame is the user's."""
+    first: tuple[str, str] | None = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _internal(code.co_filename):
+            found = (
+                str(getattr(code, "co_qualname", code.co_name)),
+                location(code.co_filename, tb.tb_lineno),
+            )
+            if code.co_name in STATICMETHODS:
+                return found
+            first = first or found
+        tb = tb.tb_next
+    return first
+
+
+def where_raised(tb: TracebackType | None) -> str:
+    """``at file:line in fn`` (the innermost user frame), preceded by the frame where the
+    failure entered the user's code when that is another one:
+    ``in Rule.vmap at rules.py:15; raised at site-packages/numpy/...:1610 in einsum``."""
+    innermost = user_frame(tb)
+    if not innermost:
+        return ""
+    entered = entered_frame(tb)
+    if entered is None:
+        return f"at {innermost}"
+    name, where = entered
+    if innermost.startswith(where + " in "):
+        return f"at {innermost}"
+    return f"in {name} at {where}; raised at {innermost}"
+
+
 def describe_exception(exc: BaseException, limit: int = 2000) -> str:
     """``Type: message (at file:line in fn)``; an exception whose ``__str__`` raises still gets one.
 
+    The location names the frame where the failure entered the user's code (their
+    ``vmap`` rule, ``backward``...) when the innermost frame is another one (see
+    ``where_raised``). A ``FunctionRaised`` is described by the exception it carries.
     A ``__str__`` that hangs is ended by the case's time limit around the caller.
     """
+    from harness.core.errors import FunctionRaised
     from harness.core.textsafe import safe_str
 
+    while isinstance(exc, FunctionRaised):
+        exc = exc.original
     text = safe_str(exc).strip().splitlines()
     first = " ".join(line.strip() for line in text[:3]) if text else ""
     message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     if len(message) > limit:
         message = message[:limit] + f"... [{len(message) - limit} characters truncated]"
-    where = user_frame(exc.__traceback__)
-    return f"{message} (at {where})" if where else message
+    where = where_raised(exc.__traceback__)
+    return f"{message} ({where})" if where else message
 
 
 _DUMP_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')

@@ -85,9 +85,15 @@ def internal_message(where: str, description: str) -> str:
 
 def blamed(exc: BaseException, where: str) -> tuple[str, str]:
     """(status, message) of a case whose check raised ``exc``: ``internal`` or ``error``."""
+    from harness.core.errors import FunctionRaised
     from harness.core.locations import describe_exception
 
     blame = classify(exc)
+    if isinstance(exc, FunctionRaised):  # the sub-check it raised in, then what it raised
+        label = exc.label
+        step = label[len(where) :].strip() if label.startswith(where) else label
+        if step:
+            where = f"{where} {step}" if label.startswith(where) else f"{where}, {step}"
     if blame.internal:
         return "internal", internal_message(blame.where, f"{where}: {describe_exception(exc)}")
     return "error", f"{where}: the Function raised {describe_exception(exc)}"

@@ -41,6 +41,9 @@ RunOne = Callable[[int], CaseResult]
 OnDeath = Callable[[int, str], CaseResult]
 #: The record of case ``i`` that could not run at all (``why``: one phrase).
 NotRun = Callable[[int, str], CaseResult]
+#: Told of each record as it arrives (case index, record); may raise to end the run
+#: (``RunStopped``): the workers are stopped as on Ctrl-C.
+OnRecord = Callable[[int, CaseResult], None]
 
 #: Workers that may die in a row without finishing a case before the rest is given up.
 FRUITLESS_LIMIT = 3
@@ -157,8 +160,10 @@ class ForkPool:
         *,
         watchdog_s: float | None = None,
         backstop_s: float | None = None,
+        on_record: OnRecord | None = None,
     ) -> None:
         self.count = count
+        self.on_record = on_record
         self.workers = max(1, min(workers, count))
         self.run_one = run_one
         self.on_death = on_death
@@ -267,13 +272,17 @@ class ForkPool:
             with contextlib.suppress(OSError), open(worker.faults_path, errors="replace") as f:
                 faults = f.read()
         rest = [i for i in worker.batch if i not in self.done]
+        dead = None
         if worker.current is not None and worker.current not in self.done:
-            self.done[worker.current] = self.on_death(worker.current, faults)
-            rest = [i for i in rest if i != worker.current]
+            dead = worker.current
+            self.done[dead] = self.on_death(dead, faults)
+            rest = [i for i in rest if i != dead]
             self.fruitless = 0
         else:
             self.fruitless += 1
         self.regions[worker.home][:0] = rest
+        if dead is not None:
+            self._told(dead)
         if self.fruitless >= FRUITLESS_LIMIT:  # workers die before any case: give up, say why
             why = f"not run: {self.fruitless} worker processes in a row died between cases"
             for region in self.regions:
@@ -288,11 +297,17 @@ class ForkPool:
         elif line.startswith(b"R "):
             record = CaseResult.from_dict(json.loads(line[2:]))
             assert worker.current is not None
-            self.done[worker.current] = record
+            index = worker.current
+            self.done[index] = record
             worker.current = None
             self.fruitless = 0
+            self._told(index)
         elif line == b"D" and not self._send(worker):
             self._retire(worker, kill=False)
+
+    def _told(self, index: int) -> None:
+        if self.on_record is not None:
+            self.on_record(index, self.done[index])
 
     # --- the run -----------------------------------------------------------------------
 
@@ -351,6 +366,7 @@ def run_forked(
     *,
     watchdog_s: float | None = None,
     collect: dict[int, CaseResult] | None = None,
+    on_record: OnRecord | None = None,
 ) -> dict[int, CaseResult]:
     """Run cases ``0 .. count-1`` in forked workers (see the module docstring)."""
     pool = ForkPool(
@@ -361,6 +377,7 @@ def run_forked(
         not_run,
         watchdog_s=watchdog_s,
         backstop_s=(watchdog_s + 30.0) if watchdog_s else None,
+        on_record=on_record,
     )
     try:
         return pool.run()

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from harness.core.errors import UsageError
+from harness.core.errors import RunStopped, UsageError
 from harness.core.options import Options
 from harness.core.paths import SUITE_ROOT
 from harness.core.results import CRASH, ERROR, TIMEOUT, CaseResult
@@ -273,6 +273,7 @@ def run_parallel(
     only: set[str] | None = None,
     note: Callable[[str], None] | None = None,
     backend: dict[str, Any] | None = None,
+    on_record: Callable[[CaseResult], None] | None = None,
 ) -> list[CaseResult]:
     """Run every case in worker processes; results in case order, one per case.
 
@@ -281,7 +282,10 @@ def run_parallel(
     into one) the workers are stopped, the cases finished so far are appended to
     ``collect`` (in case order) and KeyboardInterrupt is raised again. ``skip`` gives the
     record of a case the expectations skip (it is not run); ``expectations`` is that file's
-    path, which xdist workers read to mark their results.
+    path, which xdist workers read to mark their results. ``on_record`` is told of each
+    record as it arrives (the fork engine; the xdist engine, whose results come back at the
+    end, does not tell them) and may raise ``RunStopped`` (``--maxfail``): the workers are then stopped as on Ctrl-C,
+    the finished cases appended to ``collect`` and ``RunStopped`` raised again.
     """
     requested = parse_workers(str(workers))
     assert requested is not None
@@ -302,12 +306,16 @@ def run_parallel(
     results: list[CaseResult] = collect if collect is not None else []
     done: dict[str, CaseResult] = dict(skipped)
     interrupted = False
+    stopped: RunStopped | None = None
     tail = ""
     try:
+        for r in early.values():
+            if on_record is not None:
+                on_record(r)
         if not to_run:
             pass
         elif engine() == "fork":
-            _run_forked(to_run, datas, options, n, target, done)
+            _run_forked(to_run, datas, options, n, target, done, on_record)
         else:
             tail = _run_xdist(
                 to_run,
@@ -323,6 +331,8 @@ def run_parallel(
             )
     except KeyboardInterrupt:
         interrupted = True
+    except RunStopped as e:
+        interrupted, stopped = True, e
     ordered = [*early.values()]
     for case in expected:
         if case.id in done:
@@ -335,8 +345,10 @@ def run_parallel(
             ordered.append(r)
     for r in ordered:
         results.append(r)
-        if progress and not interrupted:
+        if progress and (stopped is not None or not interrupted):
             progress(r)
+    if stopped is not None:
+        raise stopped
     if interrupted:
         raise KeyboardInterrupt
     return results
@@ -359,6 +371,7 @@ def _run_forked(
     workers: int,
     target: Any,
     done: dict[str, CaseResult],
+    on_record: Callable[[CaseResult], None] | None = None,
 ) -> None:
     """The cases in workers forked from this process (see harness.engine.forkpool)."""
     from harness.engine import forkpool
@@ -391,6 +404,7 @@ def _run_forked(
             not_run,
             watchdog_s=limit + forkpool.watchdog_grace(limit),
             collect=by_index,
+            on_record=(lambda i, r: on_record(r)) if on_record is not None else None,
         )
     finally:
         for i, r in by_index.items():

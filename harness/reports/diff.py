@@ -1,6 +1,8 @@
 """Regression diffs between two reports (say, two torch builds), keyed by case id.
 
-Categories, each grouped by entry and check:
+Categories, each rendered (text, Markdown) grouped by root cause as a run's failures are
+(``harness.reports.grouping``: one entry, one status change, one cause across checks;
+``added`` and ``removed`` by entry and check); the JSON lists every case:
 
 - regressed: ``pass`` before, ``fail``/``error``/``crash``/``timeout`` now (exit status 1);
 - fixed: one of those (or ``xfail``) before, ``pass``/``xpass`` now;
@@ -67,9 +69,12 @@ class Change:
     old_message: str = ""
     new_message: str = ""
     repro: str = ""
+    #: The case as the report that explains the change has it (the new one, or the old one
+    #: for a case fixed or removed): what the change is grouped by. Not in the JSON.
+    case: CaseResult | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "case"}
 
 
 @dataclass
@@ -165,7 +170,9 @@ def diff_results(old: RunResult, new: RunResult) -> ReportDiff:
     for c in new.cases:
         before = old_by_id.get(c.id)
         if before is None:
-            d.added.append(Change(c.id, c.entry, c.check, None, c.status, "", c.message, c.repro))
+            d.added.append(
+                Change(c.id, c.entry, c.check, None, c.status, "", c.message, c.repro, c)
+            )
             continue
         kind = _classify(before, c)
         if kind is None:
@@ -181,11 +188,12 @@ def diff_results(old: RunResult, new: RunResult) -> ReportDiff:
                     before.message,
                     c.message,
                     c.repro,
+                    before if kind == "fixed" else c,
                 )
             )
     for c in old.cases:
         if c.id not in new_by_id:
-            d.removed.append(Change(c.id, c.entry, c.check, c.status, None, c.message, ""))
+            d.removed.append(Change(c.id, c.entry, c.check, c.status, None, c.message, "", "", c))
     d.warnings = comparability_warnings(old.metadata, new.metadata)
     for c in [*old.cases, *new.cases]:
         if c.entry not in d.entries:
@@ -245,6 +253,69 @@ def _grouped(changes: list[Change]) -> dict[tuple[str, str], list[Change]]:
     return groups
 
 
+@dataclass(frozen=True)
+class ChangeGroup:
+    """Changes of one entry with one status change and one root cause (``harness.reports.
+    grouping``: the message that explains them, across checks), in report order."""
+
+    entry: str
+    old_status: str | None
+    new_status: str | None
+    changes: tuple[Change, ...]
+
+    @property
+    def first(self) -> Change:
+        return self.changes[0]
+
+    @property
+    def checks(self) -> list[str]:
+        out: list[str] = []
+        for c in self.changes:
+            if c.check not in out:
+                out.append(c.check)
+        return out
+
+    @property
+    def repro(self) -> str:
+        return next((c.repro for c in self.changes if c.repro), "")
+
+    def headline(self) -> str:
+        from harness.reports.grouping import plural
+
+        return f"{plural(len(self.changes), 'case')} in {', '.join(self.checks)}"
+
+    def ids(self, shown: int = 3) -> tuple[list[str], int]:
+        ids = [c.id for c in self.changes]
+        return ids[:shown], max(0, len(ids) - shown)
+
+
+def cause_groups(changes: list[Change]) -> list[ChangeGroup]:
+    """``changes`` grouped by entry, status change and root cause, as a run's failures are
+    (``group_cases``), in the order of each group's first change."""
+    from harness.reports.grouping import group_cases
+
+    by_move: dict[tuple[str | None, str | None], list[Change]] = {}
+    for c in changes:
+        by_move.setdefault((c.old_status, c.new_status), []).append(c)
+    place = {id(c): n for n, c in enumerate(changes)}
+    out: list[ChangeGroup] = []
+    for (old, new), moved in by_move.items():
+        stand_ins = [c.case or _stand_in(c) for c in moved]
+        change_of = {id(case): c for case, c in zip(stand_ins, moved)}
+        for g in group_cases(stand_ins):
+            members = tuple(sorted((change_of[id(k)] for k in g.cases), key=lambda c: place[id(c)]))
+            out.append(ChangeGroup(members[0].entry, old, new, members))
+    out.sort(key=lambda g: place[id(g.first)])
+    return out
+
+
+def _stand_in(c: Change) -> CaseResult:
+    """A case for a change built without one (its id, check, status and message)."""
+    status = c.new_status or c.old_status or ""
+    message = c.new_message if c.new_status and c.new_message else c.old_message
+    return CaseResult(c.id, c.entry, c.check, None, "", None, status, message)
+
+
 def _status_counts(changes: list[Change], attr: str) -> str:
     counts = Counter(getattr(c, attr) for c in changes)
     return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
@@ -282,24 +353,34 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
                 )
             continue
         shown = 0
-        for (entry, check), cs in groups.items():
+        for g in cause_groups(changes):
             if shown >= max_cases:
                 break
-            lines += [f"### {_md(entry)} / {_md(check)} ({len(cs)})", ""]
-            for c in cs:
-                if shown >= max_cases:
-                    break
-                shown += 1
-                lines.append(f"- {code_span(c.id)}: {c.old_status} -> {c.new_status}")
-                if c.old_message and c.old_message != c.new_message:
-                    lines.append(f"  - before: {_md(c.old_message)}")
-                if c.new_message:
-                    lines.append(f"  - now: {_md(c.new_message)}")
-                if c.repro and c.new_status in FAILING:
-                    lines.append(f"  - reproduce: {code_span(c.repro)}")
+            shown += 1
+            first = g.first
+            lines += [
+                f"### {_md(g.entry)}: {_md(g.headline())}, {g.old_status} -> {g.new_status}",
+                "",
+            ]
+            if first.old_message and first.old_message != first.new_message:
+                lines.append(f"- before: {_md(first.old_message)}")
+            if first.new_message:
+                lines.append(f"- now: {_md(first.new_message)}")
+            ids, more = g.ids(5)
+            lines.append(
+                f"- {'case' if len(g.changes) == 1 else 'cases'}: "
+                + ", ".join(code_span(i) for i in ids)
+                + (f" and {more} more" if more else "")
+            )
+            if g.repro and g.new_status in FAILING:
+                lines.append(f"- reproduce: {code_span(g.repro)}")
             lines.append("")
-        if len(changes) > shown:
-            lines.append(f"... and {len(changes) - shown} more (see `afdb diff --json`)")
+        rest = cause_groups(changes)[shown:]
+        if rest:
+            lines.append(
+                f"... and {len(rest)} more root causes "
+                f"({sum(len(g.changes) for g in rest)} cases; see `afdb diff --json`)"
+            )
     text = "\n".join(lines).rstrip() + "\n"
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
@@ -310,17 +391,36 @@ def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
     """The terminal's diff; text from the reports shows its control characters as escapes."""
     lines = [f"old: {_describe(d.old_meta)}", f"new: {_describe(d.new_meta)}", d.scope_line()]
     lines += [f"warning: {w}" for w in d.warnings]
+    from harness.reports.grouping import plural
+
     for name, label, _ in CATEGORIES:
         changes = d.category(name)
         if not changes or name in ("added", "removed"):
             continue
-        lines.append(f"{label} ({len(changes)}):")
-        for c in changes[:max_cases]:
-            lines.append(f"  {c.id}: {c.old_status} -> {c.new_status}")
-            if c.new_message and c.new_status in FAILING:
-                lines.append(f"    {c.new_message.splitlines()[0][:300]}")
-        if len(changes) > max_cases:
-            lines.append(f"  ... and {len(changes) - max_cases} more")
+        groups = cause_groups(changes)
+        lines.append(
+            f"{label} ({plural(len(changes), 'case')}, {plural(len(groups), 'root cause')}):"
+        )
+        for g in groups[:max_cases]:
+            first = g.first
+            if len(g.changes) == 1:
+                lines.append(f"  {first.id}: {first.old_status} -> {first.new_status}")
+            else:
+                lines.append(
+                    f"  {g.entry}: {g.headline()}, {g.old_status} -> {g.new_status} "
+                    "(one root cause)"
+                )
+            if first.new_message and first.new_status in FAILING:
+                lines.append(f"    {first.new_message.splitlines()[0][:300]}")
+            if len(g.changes) > 1:
+                ids, more = g.ids()
+                lines.append(f"    cases: {', '.join(ids)}" + (f" and {more} more" if more else ""))
+        if len(groups) > max_cases:
+            rest = groups[max_cases:]
+            lines.append(
+                f"  ... {plural(len(rest), 'more root cause')} "
+                f"({plural(sum(len(g.changes) for g in rest), 'case')})"
+            )
     for name in ("added", "removed"):
         if d.category(name):
             lines.append(
