@@ -34,6 +34,11 @@ class NonFiniteSample(Exception):
     (``error``, with the advice to choose samples where the Function is finite)."""
 
 
+class TorchBug(Exception):
+    """A known bug of torch itself, recognised by a precise signature in the case (``xfail``,
+    never the Function's): the message names the bug and carries a plain-torch repro."""
+
+
 class ReferenceRaised(Exception):
     """The reference computation raised, not the transform under test (``error``; the
     message says which side raised, what it means for users and whether the transform ran)."""
@@ -87,6 +92,11 @@ class CheckSpec:
     #: False for checks that run only where a caller names them (``afdb certify``'s
     #: backend areas): they are not in the catalogue that ``afdb run`` runs by default.
     catalogue: bool = True
+    #: When set, the check makes cases only for the entries it returns True for, named with
+    #: ``--checks`` or not (the eager checks: only Functions torch.func cannot differentiate,
+    #: where torch.func's own checks, which run eager autograd too, cannot run); for the
+    #: others it makes no case at all (no id, not even ``unsupported``).
+    by_default: Callable[[Entry], bool] | None = None
 
 
 CHECKS: dict[str, CheckSpec] = {}
@@ -143,6 +153,9 @@ CATALOGUE_ORDER = (
     "vjp_of_vjp",
     "jacrev",
     "jacfwd",
+    "eager_vjp",
+    "eager_jvp",
+    "eager_vjp_of_vjp",
 )
 
 
@@ -174,5 +187,5 @@ def _load_builtin_checks() -> None:
     _LOADED = True
     import importlib
 
-    for module in ("vmap", "contract", "autodiff"):
+    for module in ("vmap", "contract", "autodiff", "eager"):
         importlib.import_module(f"harness.checks.{module}")

@@ -26,7 +26,8 @@ def add_parsers(sub: Any) -> None:
         help="merge the JSON reports of `afdb run --shard K/N` into one report",
         description="Validate each shard report, refuse overlapping case ids or different "
         "torch/device/dtype/seed/source metadata (one line, exit 2), and write one report. "
-        "Exit status: 0 when the merged run conforms, 1 when it does not, 2 bad input.",
+        "Exit status: 0 when the merged run conforms, 1 when it does not, 2 bad input, 5 when "
+        "no case of it was checked (all unsupported or skipped).",
     )
     p.add_argument("reports", nargs="+", metavar="REPORT.json")
     p.add_argument("-o", "--output", "--json", dest="json", required=True, help="merged JSON")
@@ -95,6 +96,7 @@ def merge(reports: list[tuple[str, dict[str, Any]]]) -> RunResult:
 def cmd_merge(args: argparse.Namespace) -> int:
     from harness.cli.common import check_output_paths, write_reports
     from harness.cli.run import print_summary
+    from harness.core.results import NOTHING_CHECKED_EXIT
     from harness.core.schema import read_report
 
     check_output_paths(args)
@@ -106,4 +108,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
     else:
         print(f"merged {len(reports)} reports into {args.json}")
         print_summary(result)
-    return 0 if result.ok and not result.metadata["interrupted"] else 1
+    if not result.ok or result.metadata["interrupted"]:
+        return 1
+    return NOTHING_CHECKED_EXIT if result.nothing_checked else 0

@@ -81,14 +81,17 @@ def _problem(md: dict[str, Any]) -> str:
         )
     for key, value in spec.get("capabilities", {}).items():
         path = f"metadata.target_spec.capabilities.{key}"
-        if key in ("inplace_args", "nondiff_outputs"):
+        if key in ("inplace_args", "nondiff_outputs", "nondiff_args"):
             if not _int_list(value, 0):
                 return f"{path}: {value!r:.60} is not a list of argument indices"
         elif key in ("randomness", "double_backward"):
             if not isinstance(value, bool):
                 return f"{path}: {value!r:.60} is not true or false"
         else:
-            return f"{path}: not a capability (inplace_args, nondiff_outputs, randomness, double_backward)"
+            return (
+                f"{path}: not a capability (inplace_args, nondiff_outputs, nondiff_args, "
+                "randomness, double_backward)"
+            )
     return ""
 
 
