@@ -86,7 +86,7 @@ class CheckSpec:
     run: Callable[[CaseContext], str | None]
     plans: PlanFn
     supported: SupportFn
-    family: str  # "vmap" or "autodiff"
+    family: str  # "vmap", "autodiff" (torch.func) or "eager" (eager autograd only)
     reference: str  # what it compares against, for the report
     description: str = ""
     #: False for checks that run only where a caller names them (``afdb certify``'s

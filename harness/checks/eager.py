@@ -597,7 +597,7 @@ for _name, _run, _supported, _reference, _description in _EAGER:
             _with_fixed_rng(_run),
             no_plan,
             _supported,
-            "autodiff",
+            "eager",
             _reference,
             _description,
             by_default=torch_func_cannot_differentiate,
