@@ -262,16 +262,16 @@ LEGACY_NOTE = (
     "torch.func transforms (vmap, grad, jvp, vjp, jacrev, ...) are unsupported for {what} "
     "legacy forward(ctx, ...): to support them, move the ctx work out of forward into a "
     "@staticmethod setup_context(ctx, inputs, output) and add a vmap staticmethod or "
-    "generate_vmap_rule = True; eager autograd was checked instead (eager_vjp, eager_jvp, "
-    "eager_vjp_of_vjp)"
+    "generate_vmap_rule = True; {eager}"
 )
+EAGER_CHECKED = "eager autograd was checked instead (eager_vjp, eager_jvp, eager_vjp_of_vjp)"
+EAGER_NOT_RUN = "its eager autograd is checked by eager_vjp, eager_jvp and eager_vjp_of_vjp"
 
 
 def summary_notes(result: RunResult) -> list[str]:
     """One-line notes for the end of a run's summary: legacy Functions (what torch.func
     needs), custom ops torch.func refused, and a run that checked nothing."""
-    from harness.checks.autodiff import TORCH_FUNC_REFUSAL
-    from harness.checks.catalogue import LEGACY_FIX
+    from harness.checks.catalogue import LEGACY_FIX, TORCH_FUNC_REFUSAL
 
     notes = []
     legacy = sorted({c.entry for c in result.cases if c.message == LEGACY_FIX})
@@ -281,7 +281,8 @@ def summary_notes(result: RunResult) -> list[str]:
             if len({c.entry for c in result.cases}) == 1
             else f"{len(legacy)} Functions' ({', '.join(legacy[:5])}{', ...' if len(legacy) > 5 else ''})"
         )
-        notes.append(LEGACY_NOTE.format(what=what))
+        eager = any(c.check.startswith("eager_") and c.entry in legacy for c in result.cases)
+        notes.append(LEGACY_NOTE.format(what=what, eager=EAGER_CHECKED if eager else EAGER_NOT_RUN))
     refused = sorted(
         {
             c.entry

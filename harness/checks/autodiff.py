@@ -52,6 +52,7 @@ from harness.checks.autodiff_refs import (
     SECOND_ORDER_REFERENCE,
 )
 from harness.checks.catalogue import (
+    TORCH_FUNC_REFUSAL,
     CaseContext,
     CheckSpec,
     Unsupported,
@@ -243,10 +244,6 @@ def _with_fixed_rng(
             raise Unsupported(refused_message(ctx.entry, refusal)) from None
 
     return run_fixed
-
-
-#: torch's words when a torch.func transform meets an autograd.Function without setup_context.
-TORCH_FUNC_REFUSAL = "it must override the setup_context staticmethod"
 
 
 def torch_func_refusal(exc: BaseException) -> str | None:

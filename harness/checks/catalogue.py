@@ -120,6 +120,10 @@ LEGACY_FIX = (
 )
 
 
+#: torch's words when a torch.func transform meets an autograd.Function without setup_context.
+TORCH_FUNC_REFUSAL = "it must override the setup_context staticmethod"
+
+
 def needs_setup_context(entry: Entry) -> str | None:
     return None if entry.caps.setup_context else LEGACY_FIX
 

@@ -212,8 +212,17 @@ def print_check_summary(result: RunResult) -> None:
     for c in result.cases:
         if c.status == "unsupported" and c.check not in reasons:
             reasons[c.check] = c.message
+    from harness.checks.catalogue import LEGACY_FIX
+
     print("")
+    legacy = [c for c, counts in per.items() if set(counts) == {"unsupported"}]
+    legacy = [c for c in legacy if reasons.get(c) == LEGACY_FIX]
+    if len(legacy) > 1:  # one line for the torch.func checks a legacy Function cannot run
+        print(f"  ---- {len(legacy)} torch.func checks unsupported ({', '.join(legacy[:4])}, ...): "
+              "legacy forward(ctx, ...), see the note below")  # fmt: skip
     for check, counts in per.items():
+        if len(legacy) > 1 and check in legacy:
+            continue
         cells = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
         bad = any(counts[s] for s in ("internal", "fail", "error", "xpass", "timeout", "crash"))
         mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
