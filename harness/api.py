@@ -65,7 +65,9 @@ def check(
     ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``,
     ``hazard_probe`` (True adds the vmap_hazard pass), and
     capabilities that override what is read from the class (``inplace_args=(0,)``,
-    ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
+    ``nondiff_outputs=(1,)``, ``nondiff_args=(1, 2)`` (float arguments never
+    differentiated: no tangent, cotangent or gradient for them), ``double_backward=False``,
+    ``randomness=True``...). ``function`` may also be a ``torch.library`` custom op.
     ``expectations`` is a path to an expectations file (or a parsed one).
 
     Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or
