@@ -83,6 +83,9 @@ class Capabilities:
     setup_context: bool = True
     inplace_args: tuple[int, ...] = ()
     nondiff_outputs: tuple[int, ...] = ()
+    #: Argument positions never differentiated (float parameter tables, masks stored as
+    #: floats): they get no tangent or cotangent and no gradient is demanded of them.
+    nondiff_args: tuple[int, ...] = ()
     randomness: bool = False
     once_differentiable: bool = False
 
@@ -99,6 +102,8 @@ class Capabilities:
             parts.append(f"in-place args {list(self.inplace_args)}")
         if self.nondiff_outputs:
             parts.append(f"non-differentiable outputs {list(self.nondiff_outputs)}")
+        if self.nondiff_args:
+            parts.append(f"non-differentiated args {list(self.nondiff_args)}")
         if self.randomness:
             parts.append("random (honours info.randomness)")
         return parts

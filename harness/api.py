@@ -22,7 +22,7 @@ from autograd_function_db.entry import (
 )
 from harness.core.errors import UsageError
 from harness.core.options import DTYPES, Options
-from harness.core.results import CaseResult, RunResult
+from harness.core.results import NOTHING_CHECKED_EXIT, CaseResult, RunResult
 from harness.engine.isolation import DEFAULT_TIMEOUT_S
 from harness.engine.metadata import run_metadata
 from harness.engine.runner import run_entries
@@ -65,7 +65,9 @@ def check(
     ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``,
     ``hazard_probe`` (True adds the vmap_hazard pass), and
     capabilities that override what is read from the class (``inplace_args=(0,)``,
-    ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
+    ``nondiff_outputs=(1,)``, ``nondiff_args=(1, 2)`` (float arguments never
+    differentiated: no tangent, cotangent or gradient for them), ``double_backward=False``,
+    ``randomness=True``...). ``function`` may also be a ``torch.library`` custom op.
     ``expectations`` is a path to an expectations file (or a parsed one).
 
     Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or
@@ -237,6 +239,8 @@ def format_failures(result: RunResult, *, limit: int = 20) -> str:
     one), at most ``limit`` blocks, then how many more."""
     from harness.reports.grouping import failure_groups, plural, terminal_lines
 
+    if result.ok and result.nothing_checked:
+        return nothing_checked_message(result)
     bad = result.failures()
     groups = failure_groups(result.cases)
     entries = sorted({c.entry for c in bad})
@@ -250,10 +254,73 @@ def format_failures(result: RunResult, *, limit: int = 20) -> str:
     return "\n".join(lines)
 
 
+def nothing_checked_message(result: RunResult) -> str:
+    """Why a run that checked nothing does not conform: its reasons, most common first."""
+    from collections import Counter
+
+    if not result.cases:
+        return "nothing checked: the run has no cases (the selected checks make none here)"
+    reasons = Counter(c.message for c in result.cases)
+    lines = [
+        f"nothing checked: all {len(result.cases)} cases are unsupported or skipped, so the "
+        "Function was not checked at all:"
+    ]
+    for message, n in reasons.most_common(5):
+        lines.append(f"- {n} case(s): {message}")
+    return "\n".join(lines)
+
+
+LEGACY_NOTE = (
+    "torch.func transforms (vmap, grad, jvp, vjp, jacrev, ...) are unsupported for {what} "
+    "legacy forward(ctx, ...): to support them, move the ctx work out of forward into a "
+    "@staticmethod setup_context(ctx, inputs, output) and add a vmap staticmethod or "
+    "generate_vmap_rule = True; {eager}"
+)
+EAGER_CHECKED = "eager autograd was checked instead (eager_vjp, eager_jvp, eager_vjp_of_vjp)"
+EAGER_NOT_RUN = "its eager autograd is checked by eager_vjp, eager_jvp and eager_vjp_of_vjp"
+
+
+def summary_notes(result: RunResult) -> list[str]:
+    """One-line notes for the end of a run's summary: legacy Functions (what torch.func
+    needs), custom ops torch.func refused, and a run that checked nothing."""
+    from harness.checks.catalogue import LEGACY_FIX, TORCH_FUNC_REFUSAL
+
+    notes = []
+    legacy = sorted({c.entry for c in result.cases if c.message == LEGACY_FIX})
+    if legacy:
+        what = (
+            "this Function's"
+            if len({c.entry for c in result.cases}) == 1
+            else f"{len(legacy)} Functions' ({', '.join(legacy[:5])}{', ...' if len(legacy) > 5 else ''})"
+        )
+        eager = any(c.check.startswith("eager_") and c.entry in legacy for c in result.cases)
+        notes.append(LEGACY_NOTE.format(what=what, eager=EAGER_CHECKED if eager else EAGER_NOT_RUN))
+    refused = sorted(
+        {
+            c.entry
+            for c in result.cases
+            if c.status == "unsupported" and TORCH_FUNC_REFUSAL in c.message
+        }
+    )
+    if refused:
+        notes.append(
+            f"torch.func refused to differentiate {', '.join(refused[:5])}"
+            f"{', ...' if len(refused) > 5 else ''} (no setup_context: a torch.library "
+            "register_autograd rule in this torch); eager autograd was checked instead"
+        )
+    if result.ok and result.nothing_checked:
+        notes.append(
+            "nothing checked: every case is unsupported or skipped, so this run does not "
+            f"conform (exit {NOTHING_CHECKED_EXIT})"
+        )
+    return notes
+
+
 def assert_conforms(function: Any, samples: Any, **options: Any) -> RunResult:
     """Run ``check`` and raise AssertionError with the failures grouped by root cause, each
-    with its repro command (``format_failures``)."""
+    with its repro command (``format_failures``), or saying "nothing checked" when no case
+    was checked (all unsupported or skipped)."""
     result = check(function, samples, **options)
-    if not result.ok:
+    if not result.conforms:
         raise AssertionError(format_failures(result))
     return result

@@ -293,6 +293,28 @@ def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:
     return "; ".join(diversity.notes([s.name for s in samples]))
 
 
+def is_custom_op(target: Any) -> bool:
+    """A ``torch.library.custom_op`` (a CustomOpDef)."""
+    from torch._library.custom_ops import CustomOpDef
+
+    return isinstance(target, CustomOpDef)
+
+
+def custom_op_capabilities(op: Any, **overrides: Any) -> Capabilities:
+    """What a custom op supports, read from what was registered on it: reverse mode with
+    ``register_autograd``, a vmap rule with ``register_vmap``; never forward mode."""
+    from autograd_function_db.entry import VMAP_NONE, VMAP_RULE
+
+    caps = Capabilities(
+        vmap=VMAP_RULE if getattr(op, "_vmap_fn", None) is not None else VMAP_NONE,
+        jvp=False,
+        backward=getattr(op, "_backward_fn", None) is not None,
+        double_backward=True,
+        setup_context=True,
+    )
+    return dataclasses.replace(caps, **overrides) if overrides else caps
+
+
 def make_entry(
     function: Any,
     samples: Any,
@@ -302,7 +324,8 @@ def make_entry(
     tolerances: Tolerances | None = None,
     **capabilities: Any,
 ) -> Entry:
-    cls = function_class(function)
+    """A user's Function (an autograd.Function, a callable naming one, or a
+    ``torch.library`` custom op) and samples as an Entry."""
     if gradient not in (GRADIENT_DERIVATIVE, GRADIENT_CUSTOM):
         raise UsageError(f"gradient must be 'derivative' or 'custom', got {gradient!r}")
     cap_fields = {f.name for f in dataclasses.fields(Capabilities)}
@@ -311,6 +334,19 @@ def make_entry(
         raise UsageError(
             f"unknown capability {sorted(unknown)[0]!r}; known: {', '.join(sorted(cap_fields))}"
         )
+    if is_custom_op(function):
+        return Entry(
+            name=name or str(function._name),
+            function=function,
+            samples=user_sample_fn(samples, function),
+            op=function,
+            caps=custom_op_capabilities(function, **capabilities),
+            tolerances=tolerances or Tolerances(),
+            gradient=gradient,
+            custom_op=function,
+            dtypes=(),
+        )
+    cls = function_class(function)
     caps = Capabilities.from_function(cls, **capabilities)
     op = None if function is cls else function
     return Entry(

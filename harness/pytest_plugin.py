@@ -94,8 +94,13 @@ class _Suite:
         return result
 
 
-def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..., None]:
-    """A test function with one parameter per case id (or one failing item for bad input)."""
+def _parametrized(
+    name: str, suite_factory: Callable[[], _Suite], *, user: bool = False
+) -> Callable[..., None]:
+    """A test function with one parameter per case id (or one failing item for bad input).
+
+    ``user``: the items of ``conformance_tests`` / ``database_tests``, which the session
+    counts (a group of them that checked nothing makes the run exit 5)."""
     from harness.core.errors import UsageError
 
     try:
@@ -114,6 +119,8 @@ def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..
 
     test.__name__ = name
     ids = suite.ids()
+    if user:
+        test = pytest.mark.afdb_conformance(test)
     return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
 
 
@@ -174,7 +181,7 @@ def conformance_tests(
         target = infer_target(function, samples, **target_fields(options))
         return _Suite([entry], opts, target=target, expectations=_expectations(expectations))
 
-    return _parametrized(name, factory)
+    return _parametrized(name, factory, user=True)
 
 
 def database_tests(
@@ -196,7 +203,7 @@ def database_tests(
         opts = Options(**options)
         return _Suite(entries, opts, expectations=_expectations(expectations))
 
-    return _parametrized(name, factory)
+    return _parametrized(name, factory, user=True)
 
 
 # --- the internal mode that powers `afdb run -n` and `afdb check` -------------------------
@@ -312,3 +319,53 @@ def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
         return
     with open(os.path.join(results_dir, "crashed.jsonl"), "a") as f:
         f.write(json.dumps({"nodeid": crashitem}) + "\n")
+
+
+# --- a group of conformance items that checked nothing: exit 5 ------------------------------
+
+
+class _NothingChecked:
+    """Per session (one per pytest config): conformance groups (a test function's node id
+    without the case) with the items seen and those that checked something (passed,
+    failed, xfailed; not skipped as unsupported or by an expectation)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, list[int]] = {}
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if "afdb_conformance" not in getattr(report, "keywords", {}):
+            return
+        if report.when != "call" and not (report.when == "setup" and not report.passed):
+            return
+        seen = self.groups.setdefault(report.nodeid.split("[", 1)[0], [0, 0])
+        seen[0] += 1
+        if report.passed or report.failed or hasattr(report, "wasxfail"):
+            seen[1] += 1
+
+    def unchecked(self) -> list[str]:
+        return [g for g, (items, checked) in self.groups.items() if items and not checked]
+
+    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
+        """A group whose items were all unsupported or skipped checked nothing: the run
+        is not "conforms" but pytest's "no tests ran" (5), as ``afdb check`` exits."""
+        if hasattr(session.config, "workerinput"):  # an xdist worker: the controller decides
+            return
+        if self.unchecked() and int(exitstatus) == 0:
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for group in self.unchecked():
+            terminalreporter.write_line(
+                f"afdb: nothing checked by {group}: all {self.groups[group][0]} of its cases "
+                "are unsupported or skipped (their reasons are in the skip messages, -rs); "
+                "the run exits 5"
+            )
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line(
+        "markers",
+        "afdb_conformance: the items of harness.pytest_plugin.conformance_tests / "
+        "database_tests (a group of them that checked nothing makes the run exit 5)",
+    )
+    config.pluginmanager.register(_NothingChecked(), "afdb-nothing-checked")

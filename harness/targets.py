@@ -127,7 +127,13 @@ def load_attr(spec: str, what: str) -> Any:
 
 
 #: Command-line capability flags -> Capabilities fields.
-CAPABILITY_FLAGS = ("inplace_args", "nondiff_outputs", "randomness", "double_backward")
+CAPABILITY_FLAGS = (
+    "inplace_args",
+    "nondiff_outputs",
+    "nondiff_args",
+    "randomness",
+    "double_backward",
+)
 
 
 @dataclass(frozen=True)
@@ -183,6 +189,8 @@ class TargetSpec:
             args += ["--inplace-arg", str(i)]
         for i in self.capabilities.get("nondiff_outputs", ()):
             args += ["--nondiff-output", str(i)]
+        if self.capabilities.get("nondiff_args"):
+            args += ["--nondiff-args", ",".join(str(i) for i in self.capabilities["nondiff_args"])]
         if self.capabilities.get("randomness"):
             args.append("--randomness")
         if self.capabilities.get("double_backward") is False:
@@ -201,6 +209,10 @@ class TargetSpec:
         from harness.entries import function_class
 
         obj = load_attr(self._resolved(self.target), "TARGET")
+        from harness.entries import is_custom_op
+
+        if is_custom_op(obj):
+            return obj
         try:
             function_class(obj)
         except UsageError:
@@ -220,9 +232,10 @@ class TargetSpec:
                     "a function returning argument tuples or Sample objects"
                 )
             return samples
-        from harness.entries import function_class
+        from harness.entries import function_class, is_custom_op
 
-        for holder in (function, function_class(function)):
+        holders = (function,) if is_custom_op(function) else (function, function_class(function))
+        for holder in holders:
             samples = getattr(holder, "samples", None)
             if samples is not None:
                 return samples

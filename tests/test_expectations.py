@@ -121,8 +121,10 @@ def test_the_committed_expectations_travel_inside_the_package():
         path = expectations_path(source)
         assert path is not None and path.is_relative_to(harness.__path__[0])
         ex.load(path)  # valid
-    conditional = [e for e in ex.load(expectations_path("afdb")).items if e.torch]
-    assert {e.id.split("/")[0] for e in conditional} >= {"RowSumWithCount"}
+    # RowSumWithCount's torch bug (vmap's un-batching of an out_dim None output) needs no
+    # expectation: the suite recognises it by its signature (harness.checks.unbatching)
+    ids = [e.id for e in ex.load(expectations_path("afdb")).items]
+    assert not [i for i in ids if i.startswith("RowSumWithCount/")]
 
 
 def test_progress_lines_count_statuses_after_expectations(capsys):

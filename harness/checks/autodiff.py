@@ -41,6 +41,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from autograd_function_db.entry import Entry
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import (
@@ -50,8 +52,10 @@ from harness.checks.autodiff_refs import (
     SECOND_ORDER_REFERENCE,
 )
 from harness.checks.catalogue import (
+    TORCH_FUNC_REFUSAL,
     CaseContext,
     CheckSpec,
+    Unsupported,
     needs_setup_context,
     needs_vmap,
     no_plan,
@@ -231,9 +235,45 @@ def _with_fixed_rng(
             seed = derive_seed(ctx.options.seed, ctx.case_id, "rng")
             ctx.entry = dataclasses.replace(ctx.entry, op=seeded_call(ctx.entry.call, seed))
             ctx.vmap_randomness = "same"
-        return run(ctx)
+        try:
+            return run(ctx)
+        except Exception as e:
+            refusal = torch_func_refusal(e)
+            if refusal is None:
+                raise
+            raise Unsupported(refused_message(ctx.entry, refusal)) from None
 
     return run_fixed
+
+
+def torch_func_refusal(exc: BaseException) -> str | None:
+    """torch's message when ``exc`` (or what it wraps) is torch.func refusing to differentiate
+    an autograd.Function that has no ``setup_context`` (else None)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, RuntimeError) and TORCH_FUNC_REFUSAL in str(e):
+            return str(e).strip().splitlines()[0]
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def refused_message(entry: Entry, refusal: str) -> str:
+    """``unsupported``: torch.func refused to differentiate the entry (torch's words)."""
+    what = (
+        f"custom op {entry.function_name}: torch {torch.__version__.split('+')[0]}'s "
+        "register_autograd builds an autograd.Function without setup_context, so torch.func "
+        "cannot differentiate it"
+        if entry.custom_op is not None
+        else "torch.func cannot differentiate what this Function calls"
+    )
+    return (
+        f"{what} (torch: {refusal!r}); its derivatives are checked through eager autograd "
+        "instead (eager_vjp, eager_vjp_of_vjp)"
+        if entry.custom_op is not None
+        else f"{what} (torch: {refusal!r})"
+    )
 
 
 for _name, _run, _plans, _supported, _reference, _description in _CATALOGUE:

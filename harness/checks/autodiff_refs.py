@@ -23,6 +23,7 @@ from harness.checks.catalogue import (
     CheckFailure,
     NonFiniteSample,
     ReferenceRaised,
+    TorchBug,
     Unsupported,
 )
 from harness.checks.compare import compare_tensors
@@ -60,7 +61,7 @@ def attempt(label: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     """Call ``fn``; an exception is re-raised as FunctionRaised naming the sub-check."""
     try:
         return fn(*args, **kwargs)
-    except (CheckFailure, Unsupported, FunctionRaised, ReferenceRaised, NonFiniteSample):
+    except (CheckFailure, Unsupported, TorchBug, FunctionRaised, ReferenceRaised, NonFiniteSample):
         raise
     except Exception as e:
         if "(reference" in label:
@@ -378,9 +379,14 @@ def diff_view(ctx: CaseContext) -> DiffView:
             "complex inputs with gradient=custom: the custom-gradient references cover real "
             "dtypes only"
         )
-    diff = tuple(i for i, a in enumerate(args) if fd.is_differentiable_dtype(a))
+    fixed = set(entry.caps.nondiff_args)
+    diff = tuple(i for i, a in enumerate(args) if fd.is_differentiable_dtype(a) and i not in fixed)
     if not diff:
-        raise Unsupported("no floating-point tensor argument: nothing to differentiate")
+        raise Unsupported(
+            "no floating-point tensor argument"
+            + (" outside nondiff_args" if fixed else "")
+            + ": nothing to differentiate"
+        )
     flat = FlatCall(_all_outputs(entry, flat=False))
     outputs, marked = eager_outputs(flat, args, diff)
     # Autograd tracks only the top-level tensors of a Function's outputs: leaves nested in

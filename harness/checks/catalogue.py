@@ -34,6 +34,11 @@ class NonFiniteSample(Exception):
     (``error``, with the advice to choose samples where the Function is finite)."""
 
 
+class TorchBug(Exception):
+    """A known bug of torch itself, recognised by a precise signature in the case (``xfail``,
+    never the Function's): the message names the bug and carries a plain-torch repro."""
+
+
 class ReferenceRaised(Exception):
     """The reference computation raised, not the transform under test (``error``; the
     message says which side raised, what it means for users and whether the transform ran)."""
@@ -81,12 +86,17 @@ class CheckSpec:
     run: Callable[[CaseContext], str | None]
     plans: PlanFn
     supported: SupportFn
-    family: str  # "vmap" or "autodiff"
+    family: str  # "vmap", "autodiff" (torch.func) or "eager" (eager autograd only)
     reference: str  # what it compares against, for the report
     description: str = ""
     #: False for checks that run only where a caller names them (``afdb certify``'s
     #: backend areas): they are not in the catalogue that ``afdb run`` runs by default.
     catalogue: bool = True
+    #: When set, the check makes cases only for the entries it returns True for, named with
+    #: ``--checks`` or not (the eager checks: only Functions torch.func cannot differentiate,
+    #: where torch.func's own checks, which run eager autograd too, cannot run); for the
+    #: others it makes no case at all (no id, not even ``unsupported``).
+    by_default: Callable[[Entry], bool] | None = None
 
 
 CHECKS: dict[str, CheckSpec] = {}
@@ -108,6 +118,10 @@ LEGACY_FIX = (
     "forward (def forward(*args)) and save what backward needs in a "
     "@staticmethod setup_context(ctx, inputs, output)"
 )
+
+
+#: torch's words when a torch.func transform meets an autograd.Function without setup_context.
+TORCH_FUNC_REFUSAL = "it must override the setup_context staticmethod"
 
 
 def needs_setup_context(entry: Entry) -> str | None:
@@ -143,6 +157,9 @@ CATALOGUE_ORDER = (
     "vjp_of_vjp",
     "jacrev",
     "jacfwd",
+    "eager_vjp",
+    "eager_jvp",
+    "eager_vjp_of_vjp",
 )
 
 
@@ -174,5 +191,5 @@ def _load_builtin_checks() -> None:
     _LOADED = True
     import importlib
 
-    for module in ("vmap", "contract", "autodiff"):
+    for module in ("vmap", "contract", "autodiff", "eager"):
         importlib.import_module(f"harness.checks.{module}")

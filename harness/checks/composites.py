@@ -33,9 +33,11 @@ from harness.checks.autodiff_refs import (
 from harness.checks.catalogue import (
     CaseContext,
     ReferenceRaised,
+    TorchBug,
     Unsupported,
 )
 from harness.checks.references import eager_jvp, eager_vjp
+from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from harness.plans.plan import (
@@ -239,14 +241,39 @@ def _run_composite(
     watch = Watch()
     for i, a in enumerate(batched):
         watch.add(f"input {i}" if i < n else f"batched {kind} {i - n}", a)
-    actual = as_tuple(
-        attempt(label, vmapped(actual_fn, full, out_dims, randomness=ctx.vmap_randomness), *batched)
-    )
+
+    def torch_bug() -> None:
+        """A known torch bug (``xfail``) rather than the Function's failure, if it is one."""
+        message = unbatching_bug(
+            actual_fn,
+            full,
+            out_dims,
+            lambda: build_batched_args(full, source),  # type: ignore[arg-type]
+            expected,
+            rtol=findings.rtol,
+            atol=findings.atol,
+            randomness=ctx.vmap_randomness,
+        )
+        if message:
+            raise TorchBug(f"{label}: {message}")
+
+    try:
+        actual = as_tuple(
+            attempt(
+                label, vmapped(actual_fn, full, out_dims, randomness=ctx.vmap_randomness), *batched
+            )
+        )
+    except Exception as raised:
+        if raised_in_unbatching(raised):
+            torch_bug()
+        raise
     watch.verify(label, findings, f"the Function must leave its inputs and {kind} unchanged")
     if len(actual) != len(expected):
         findings.add(f"{label}: {len(actual)} results, reference {len(expected)}")
     for nm, a, e in zip(names, actual, expected):
         findings.compare(f"{label}: {nm}, {sides}", a, e, e.dtype)
+    if findings.problems:
+        torch_bug()
     findings.raise_if_any()
 
 

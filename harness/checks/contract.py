@@ -19,7 +19,15 @@ import torch
 import torch.utils._pytree as pytree
 
 from autograd_function_db.entry import VMAP_GENERATED, VMAP_NONE, Entry
-from harness.checks.catalogue import CaseContext, CheckFailure, CheckSpec, needs_vmap, register
+from harness.checks.catalogue import (
+    CaseContext,
+    CheckFailure,
+    CheckSpec,
+    TorchBug,
+    needs_vmap,
+    register,
+)
+from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from harness.plans.plan import ArgLayout, Plan, nested_plans, single_level_plans
@@ -35,7 +43,7 @@ from harness.plans.pytrees import (
     map_leaves,
     output_structure,
 )
-from harness.plans.slices import build_batched_args
+from harness.plans.slices import build_batched_args, seeded_call
 
 
 @dataclass
@@ -297,6 +305,7 @@ def run_contract(ctx: CaseContext) -> str | None:
     out_dims = concrete_out_dims(plan, reference, True)
     args = build_batched_args(plan, ctx.slices)
     error: BaseException | None = None
+    failed_mode = ""
     # A random entry's rule raises under torch's default randomness="error" (as it must):
     # its contract is checked under the modes in which it draws.
     modes = ("same", "different") if entry.caps.randomness else ("error",)
@@ -306,7 +315,7 @@ def run_contract(ctx: CaseContext) -> str | None:
                 with torch.random.fork_rng(devices=[]):
                     vmapped(fn, plan, out_dims, randomness=mode)(*args)
             except Exception as e:  # the contract explains the error, if it can
-                error = e
+                error, failed_mode = e, mode
                 break
     problems = [
         p
@@ -317,6 +326,9 @@ def run_contract(ctx: CaseContext) -> str | None:
         unique = list(dict.fromkeys(problems))
         raise CheckFailure(f"contract {plan.id}: " + "; ".join(unique))
     if error is not None:
+        if failed_mode in ("error", "same") and raised_in_unbatching(error):
+            # the rule kept its contract; vmap then failed un-batching its outputs
+            _torch_bug(ctx, fn, plan, out_dims, reference, failed_mode)
         raise error
     if not calls:
         raise CheckFailure(
@@ -324,6 +336,36 @@ def run_contract(ctx: CaseContext) -> str | None:
             "although an argument is batched; is the entry's op really this Function?"
         )
     return "vmap rule contract"
+
+
+def _torch_bug(
+    ctx: CaseContext, fn: Any, plan: Plan, out_dims: Any, reference: Any, mode: str
+) -> None:
+    """Raise ``TorchBug`` when vmap's failure after a rule that kept its contract is torch's
+    un-batching bug (``harness.checks.unbatching``); a random entry is compared under
+    randomness='same' with a loop reseeded to one seed per slice."""
+    rtol, atol = ctx.tolerances
+    wrap = None
+    if mode == "same":
+        seed = int(ctx.generator("rng").initial_seed())
+        reference, _ = loop_reference(seeded_call(fn, seed), plan, ctx.slices)
+
+        def wrap(call: Any) -> Any:
+            return seeded_call(call, seed)
+
+    message = unbatching_bug(
+        fn,
+        plan,
+        out_dims,
+        lambda: build_batched_args(plan, ctx.slices),
+        reference,
+        rtol=rtol,
+        atol=atol,
+        randomness=mode,
+        wrap=wrap,
+    )
+    if message:
+        raise TorchBug(f"contract {plan.id}: the rule keeps its contract; {message}")
 
 
 def _supported(entry: Entry) -> str | None:

@@ -17,11 +17,13 @@ from harness.checks.catalogue import (
     CaseContext,
     CheckFailure,
     CheckSpec,
+    TorchBug,
     Unsupported,
     needs_vmap,
     register,
 )
 from harness.checks.compare import compare_outputs
+from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from harness.plans.plan import (
@@ -185,7 +187,28 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     out_dims = concrete_out_dims(plan, expected, True)
     args = build_batched_args(plan, ctx.slices)
     snapshot = inputs_snapshot(args, ctx.entry.caps.inplace_args)
-    actual = vmapped(fn, plan, out_dims)(*args)
+    rtol, atol = ctx.tolerances
+
+    def torch_bug() -> None:
+        """A known torch bug (``xfail``) rather than the Function's failure, if it is one."""
+        message = unbatching_bug(
+            FlatCall(ctx.entry.call),
+            plan,
+            out_dims,
+            lambda: build_batched_args(plan, ctx.slices),
+            expected,
+            rtol=rtol,
+            atol=atol,
+        )
+        if message:
+            raise TorchBug(f"{name} {plan.id}: {message}")
+
+    try:
+        actual = vmapped(fn, plan, out_dims)(*args)
+    except Exception as e:
+        if raised_in_unbatching(e):
+            torch_bug()
+        raise
     assert_inputs_unchanged(f"{name} {plan.id}", args, snapshot)
     if not fn.same_structure(ref_fn):
         assert fn.spec is not None and ref_fn.spec is not None
@@ -193,7 +216,6 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
             f"{name} {plan.id}: vmap returned {describe_structure(fn.spec)}, the per-slice "
             f"call returned {describe_structure(ref_fn.spec)}"
         )
-    rtol, atol = ctx.tolerances
     problems = compare_outputs(
         actual,
         expected,
@@ -203,6 +225,7 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
         names=ref_fn.names(),
     )
     if problems:
+        torch_bug()
         k = next(
             (
                 i
@@ -262,7 +285,28 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
             "that draws random numbers must raise when info.randomness == 'error'"
         )
 
-    same = as_tuple(seeded_call(vmapped(fn, plan, out_dims, randomness="same"), seed)(*args))
+    def torch_bug() -> None:
+        """A known torch bug (``xfail``) rather than the Function's failure, if it is one."""
+        message = unbatching_bug(
+            FlatCall(ctx.entry.call),
+            plan,
+            out_dims,
+            lambda: build_batched_args(plan, ctx.slices),
+            expected,
+            rtol=rtol,
+            atol=atol,
+            randomness="same",
+            wrap=lambda call: seeded_call(call, seed),
+        )
+        if message:
+            raise TorchBug(f"{label}, randomness='same': {message}")
+
+    try:
+        same = as_tuple(seeded_call(vmapped(fn, plan, out_dims, randomness="same"), seed)(*args))
+    except Exception as e:
+        if raised_in_unbatching(e):
+            torch_bug()
+        raise
     problems = compare_outputs(
         same,
         expected,
@@ -271,6 +315,7 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
         label=f"{label}, randomness='same' (vmap vs a loop reseeded to the same seed per slice)",
     )
     if problems:
+        torch_bug()
         raise CheckFailure(
             "; ".join(problems) + " -- with randomness='same' every slice must see the draw "
             "one unbatched call makes (draw once with the per-slice shape and broadcast)"

@@ -24,6 +24,21 @@ from harness.core.results import STATUSES, RunResult
 from harness.core.textsafe import visible
 
 
+def _arg_positions(text: str) -> tuple[int, ...]:
+    """``1,2`` -> (1, 2): argument positions (integers >= 0), for ``--nondiff-args``."""
+    try:
+        values = tuple(int(v) for v in text.replace(",", " ").split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected argument positions such as 1,2; got {text!r}"
+        ) from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected argument positions >= 0, e.g. 1,2; got {text!r}"
+        )
+    return tuple(sorted(set(values)))
+
+
 def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--samples",
@@ -46,6 +61,14 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="N",
         help="output N is not differentiable (mark_non_differentiable); repeatable",
+    )
+    p.add_argument(
+        "--nondiff-args",
+        dest="nondiff_args",
+        type=_arg_positions,
+        metavar="N,M",
+        help="argument positions never differentiated (float parameter tables, masks stored as "
+        "floats): no tangent, cotangent or gradient for them, e.g. 1,2",
     )
     p.add_argument(
         "--randomness", action="store_true", help="the Function uses randomness (vmap randomness)"
@@ -72,7 +95,9 @@ def add_parsers(sub: Any) -> None:
         "check",
         help="check one user Function (the CI gate)",
         description="Check one torch.autograd.Function under the torch.func transforms. "
-        "Exit 0: conforms; 1: does not; 2: bad usage or a target that cannot be loaded.",
+        "Exit 0: conforms; 1: does not; 2: bad usage or a target that cannot be loaded; 3: "
+        "the suite failed on some case (internal); 5: nothing was checked (every case "
+        "unsupported or skipped); 130: interrupted.",
     )
     p.add_argument(
         "target", metavar="TARGET", help="module:attr or path/file.py:attr of the Function"
@@ -140,6 +165,8 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
         caps["inplace_args"] = tuple(args.inplace_args)
     if args.nondiff_outputs:
         caps["nondiff_outputs"] = tuple(args.nondiff_outputs)
+    if getattr(args, "nondiff_args", None):
+        caps["nondiff_args"] = tuple(args.nondiff_args)
     if args.randomness:
         caps["randomness"] = True
     if args.no_double_backward:
@@ -188,8 +215,17 @@ def print_check_summary(result: RunResult) -> None:
     for c in result.cases:
         if c.status == "unsupported" and c.check not in reasons:
             reasons[c.check] = c.message
+    from harness.checks.catalogue import LEGACY_FIX
+
     print("")
+    legacy = [c for c, counts in per.items() if set(counts) == {"unsupported"}]
+    legacy = [c for c in legacy if reasons.get(c) == LEGACY_FIX]
+    if len(legacy) > 1:  # one line for the torch.func checks a legacy Function cannot run
+        print(f"  ---- {len(legacy)} torch.func checks unsupported ({', '.join(legacy[:4])}, ...): "
+              "legacy forward(ctx, ...), see the note below")  # fmt: skip
     for check, counts in per.items():
+        if len(legacy) > 1 and check in legacy:
+            continue
         cells = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
         bad = any(counts[s] for s in ("internal", "fail", "error", "xpass", "timeout", "crash"))
         mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
@@ -207,6 +243,10 @@ def print_check_summary(result: RunResult) -> None:
     unmatched = result.metadata.get("unmatched_expectations") or []
     for u in unmatched:
         print(f"  note: expectation {visible(repr(u))} matches no case")
+    from harness.api import summary_notes
+
+    for note in summary_notes(result):
+        print(f"note: {note}" if not note.startswith("nothing checked") else note)
     print(f"{result.verdict}: {result.summary_line()}")
 
 

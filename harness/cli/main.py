@@ -1,7 +1,9 @@
 """The ``afdb`` command line.
 
 Exit status: 0 everything conforms, 1 something does not, 2 bad usage or a
-target that cannot be loaded (one line on stderr; ``--debug`` adds the traceback).
+target that cannot be loaded (one line on stderr; ``--debug`` adds the traceback), 3 the
+suite itself failed on some case (``internal``), 5 nothing was checked (every case
+``unsupported`` or ``skip``: pytest's status for "no tests ran"), 130 interrupted (Ctrl-C).
 
 Subcommands live in small modules: this one holds ``list`` and ``run``; other
 modules named in ``COMMAND_MODULES`` add theirs through ``add_parsers(sub)``.

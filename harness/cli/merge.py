@@ -31,7 +31,8 @@ def add_parsers(sub: Any) -> None:
         description="Validate each shard report; refuse overlapping case ids, shards of "
         "different runs, a missing shard or cases that do not add up to the run's total "
         "(one line, exit 2); write one report. Exit status: 0 when the merged run conforms, "
-        "1 when it does not (or is partial or interrupted), 2 bad input.",
+        "1 when it does not (or is partial or interrupted), 2 bad input, 5 when no case of "
+        "it was checked (all unsupported or skipped).",
     )
     p.add_argument("reports", nargs="+", metavar="REPORT.json")
     p.add_argument("-o", "--output", "--json", dest="json", required=True, help="merged JSON")
@@ -199,6 +200,7 @@ def merge(reports: list[tuple[str, dict[str, Any]]], *, partial: bool = False) -
 def cmd_merge(args: argparse.Namespace) -> int:
     from harness.cli.common import check_output_paths, report_write_failures, write_reports
     from harness.cli.run import print_summary
+    from harness.core.results import NOTHING_CHECKED_EXIT
     from harness.core.schema import read_report
 
     check_output_paths(args)
@@ -219,7 +221,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         report_write_failures(args, failed)
         return 2  # the summary was printed; a report the user asked for is missing
     if result.ok and not result.metadata["interrupted"] and not partial:
-        return 0
+        return NOTHING_CHECKED_EXIT if result.nothing_checked else 0
     if not args.quiet and not partial:
         print(
             "next: the `reproduce:` command of a root cause above writes a script for one of "

@@ -115,6 +115,12 @@ def print_summary(result: RunResult, out: Any = None) -> None:
         failure_groups(result.cases), limit=20, message_chars=500, message_lines=1
     ):
         print(line, file=out)
+    from harness.api import summary_notes
+
+    for note in summary_notes(result):
+        if "torch.func refused" in note:
+            continue  # the database's custom ops: their cases say it
+        print(f"note: {note}" if not note.startswith("nothing checked") else note, file=out)
     print(f"{result.verdict}: {result.summary_line()}", file=out)
 
 

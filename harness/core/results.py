@@ -24,6 +24,10 @@ INTERNAL = "internal"
 STATUSES = (PASS, FAIL, ERROR, UNSUPPORTED, SKIP, XFAIL, XPASS, TIMEOUT, CRASH, INTERNAL)
 #: Statuses that make a run non-conforming.
 BAD_STATUSES = frozenset({FAIL, ERROR, XPASS, TIMEOUT, CRASH, INTERNAL})
+#: Statuses of a case that compared nothing: a run of only these checked nothing.
+NOT_CHECKED = frozenset({UNSUPPORTED, SKIP})
+#: The exit status of a run that checked nothing (pytest's for "no tests ran").
+NOTHING_CHECKED_EXIT = 5
 
 
 def internal_first(cases: list[CaseResult]) -> list[CaseResult]:
@@ -93,14 +97,28 @@ class RunResult:
         return all(c.ok for c in self.cases)
 
     @property
+    def nothing_checked(self) -> bool:
+        """No case compared anything: every case is ``unsupported`` or ``skip`` (or there are
+        none). Such a run does not conform, whatever its statuses (exit 5, "nothing checked")."""
+        return all(c.status in NOT_CHECKED for c in self.cases)
+
+    @property
+    def conforms(self) -> bool:
+        """Every case conforms and at least one was checked."""
+        return self.ok and not self.nothing_checked
+
+    @property
     def verdict(self) -> str:
         """PASS or FAIL; PARTIAL for a merge that lacks shards or cases (``afdb merge
-        --partial``); INTERRUPTED when the run stopped early (its cases are a prefix)."""
+        --partial``); NOTHING CHECKED when no case was checked (all unsupported or skipped);
+        INTERRUPTED when the run stopped early (its cases are a prefix)."""
         if self.metadata.get("partial"):
             return "PARTIAL"
         if self.metadata.get("interrupted"):
             return "INTERRUPTED"
-        return "PASS" if self.ok else "FAIL"
+        if not self.ok:
+            return "FAIL"
+        return "NOTHING CHECKED" if self.nothing_checked else "PASS"
 
     def verdict_note(self) -> str:
         """One sentence on why the verdict is not PASS or FAIL ('' when it is)."""
@@ -129,10 +147,13 @@ class RunResult:
 
     @property
     def exit_status(self) -> int:
-        """0 all conform, 1 something does not, 3 the suite itself failed on some case."""
+        """0 all conform, 1 something does not, 3 the suite itself failed on some case, 5
+        nothing was checked (every case unsupported or skipped: pytest's "no tests ran")."""
         if self.has_internal:
             return 3
-        return 0 if self.ok else 1
+        if not self.ok:
+            return 1
+        return NOTHING_CHECKED_EXIT if self.nothing_checked else 0
 
     def failures(self) -> list[CaseResult]:
         """Non-conforming cases, internal errors of the suite first."""

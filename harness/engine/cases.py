@@ -151,6 +151,8 @@ def enumerate_cases(data: EntryData) -> list[Case]:
         )
     for check in selected_checks(options):
         spec = get_check(check)
+        if spec.by_default is not None and not spec.by_default(entry):
+            continue  # the eager checks of a Function torch.func differentiates: no case
         reason = dtype_reason or spec.supported(entry)
         if reason:
             cases.append(

@@ -15,6 +15,7 @@ from harness.checks.catalogue import (
     CheckFailure,
     NonFiniteSample,
     ReferenceRaised,
+    TorchBug,
     Unsupported,
     get_check,
 )
@@ -27,6 +28,7 @@ from harness.core.results import (
     PASS,
     TIMEOUT,
     UNSUPPORTED,
+    XFAIL,
     CaseResult,
 )
 from harness.core.textsafe import cap, safe_str
@@ -154,7 +156,14 @@ def run_case(
                         result.reference = used
                     if ctx.notes:
                         result.message = "; ".join(ctx.notes)
-                except (CheckFailure, Unsupported, CaseTimeout, NonFiniteSample, ReferenceRaised):
+                except (
+                    CheckFailure,
+                    Unsupported,
+                    TorchBug,
+                    CaseTimeout,
+                    NonFiniteSample,
+                    ReferenceRaised,
+                ):
                     raise
                 except BaseException as e:
                     if isinstance(e, KeyboardInterrupt) and interrupt.seen:
@@ -166,6 +175,8 @@ def run_case(
             result.status, result.message = FAIL, safe_str(e)
         except Unsupported as e:
             result.status, result.message = UNSUPPORTED, safe_str(e)
+        except TorchBug as e:  # recognised by its signature: torch's, not the Function's
+            result.status, result.message = XFAIL, safe_str(e)
         except NonFiniteSample as e:
             where = f"{case.check} {case.plan.id}" if case.plan else case.check
             result.status, result.message = ERROR, f"{where}: {safe_str(e)}"

@@ -24,6 +24,7 @@ import torch
 from autograd_function_db.entry import Entry
 from harness.core.options import Options
 from harness.engine.cases import Case
+from harness.repro.script_eager import EAGER
 from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, VMAP
 
 #: A module path (``pkg.mod``) or an attribute path (``Class.attr``).
@@ -268,6 +269,8 @@ DTYPE = {dtype_expr}
 DEVICE = {_literal(str(options.device))}
 RTOL, ATOL = {_literal(float(rtol))}, {_literal(float(atol))}
 INPLACE_ARGS = {_literal(tuple(int(i) for i in entry.caps.inplace_args))}
+#: Arguments never differentiated (nondiff_args): held fixed like integer arguments.
+NONDIFF_ARGS = {_literal(tuple(int(i) for i in entry.caps.nondiff_args))}
 #: "derivative": references are finite differences; "custom": eager autograd of the
 #: same Function (its backward, its double backward), as the suite compares.
 GRADIENT = {_literal(str(entry.gradient))}
@@ -276,5 +279,5 @@ GRADIENT = {_literal(str(entry.gradient))}
 LEVELS = {_literal(levels)}
 """
     loader = _user_loader(target, entry) if target is not None else _DB_LOADER
-    body = VMAP if case.check in VMAP_CHECKS else AUTODIFF
+    body = VMAP if case.check in VMAP_CHECKS else AUTODIFF + EAGER
     return header + loader + DATA + body + FOOTER

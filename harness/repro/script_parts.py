@@ -273,7 +273,8 @@ def main():
 AUTODIFF = '''
 
 def differentiable(args):
-    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    return [i for i, a in enumerate(args)
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and i not in NONDIFF_ARGS]
 
 
 def restricted(args, idx):
@@ -453,6 +454,8 @@ def main():
         return check_function(f, xs, CHECK)
     if CHECK in ("jvp_of_vjp", "vjp_of_vjp"):
         return check_second_order(f, xs)
+    if CHECK.startswith("eager_"):
+        return check_eager(f, xs)
     # vmap compositions: the transform of a batch vs a loop of per-slice transforms
     dims = LEVELS[0]["in_dims"][: len(args)]
     size = LEVELS[0]["batch_size"]

@@ -1,0 +1,448 @@
+"""The eager checks: what can be checked of a Function that torch.func cannot differentiate.
+
+torch.func refuses a legacy Function (``forward(ctx, ...)`` without ``setup_context``) and,
+in torch 2.13, a ``torch.library`` custom op's ``register_autograd`` (the autograd.Function
+torch builds for it has no ``setup_context``). Their users differentiate them with eager
+autograd, so that is what these checks hold to the suite's references:
+
+* ``eager_vjp``: ``torch.autograd.grad`` (the Function's backward) with each differentiable
+  input alone and all together x each output alone and all together, and with
+  non-contiguous inputs and cotangents, against float64 finite differences.
+* ``eager_jvp``: eager forward-mode AD (``torch.autograd.forward_ad`` dual tensors, the
+  Function's ``jvp``) with each tangent alone and all together and non-contiguous, against
+  finite differences.
+* ``eager_vjp_of_vjp``: eager double backward (``torch.autograd.grad`` twice,
+  ``create_graph=True``) against finite differences of the eager first-order vjp.
+
+Every case also holds the Function to the in-place and view rules of an eager call (inputs
+unchanged unless declared in-place, ``mark_dirty`` returns the input itself, declared
+non-differentiable outputs do not require grad) and leaves incoming cotangents and tangents
+unchanged.
+
+``gradient="custom"`` (a backward that is deliberately not the derivative): ``eager_vjp``
+cannot compare the gradient's values with anything independent, so it holds the backward
+to itself across input subsets and memory layouts (the gradient of input i must not depend
+on which other inputs are differentiated, nor on strides) and says so; ``eager_jvp``
+passes when it matches either finite differences or the custom backward's Jacobian;
+``eager_vjp_of_vjp`` compares with finite differences of the custom first-order map
+``(x, c) -> backward(x)(c)`` where every tensor the backward saved is an input, and is
+``unsupported`` (saying why) where it saved outputs or intermediates.
+
+The checks make cases only for the Functions torch.func cannot differentiate
+(``CheckSpec.by_default``): for the others, torch.func's ``vjp`` and ``vjp_of_vjp`` run
+``torch.autograd.grad`` too, and the eager cases would only repeat them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from autograd_function_db.entry import Entry
+from harness.checks import finite_diff as fd
+from harness.checks.autodiff import (
+    NO_BACKWARD,
+    _needs_double_backward,
+    _with_fixed_rng,
+)
+from harness.checks.autodiff_refs import (
+    COTANGENT_WHY,
+    EAGER_CUSTOM_REFERENCE,
+    FULL_JACOBIAN_MAX,
+    IDENTITY_DIRECTIONS,
+    INPUT_WHY,
+    TANGENT_WHY,
+    Findings,
+    Watch,
+    _close,
+    attempt,
+    diff_view,
+    eager_protocol,
+    is_custom,
+    noncontiguous,
+    random_like,
+    restricted,
+)
+from harness.checks.catalogue import (
+    CaseContext,
+    CheckSpec,
+    no_plan,
+    register,
+)
+from harness.checks.eager_second_order import (
+    EAGER_SECOND_ORDER_REFERENCE,
+    _leaves,
+    run_eager_vjp_of_vjp,
+)
+from harness.checks.first_order import (
+    CUSTOM_GRADIENT_HINT,
+    _differs_everywhere,
+    either_reference,
+)
+from harness.checks.references import (
+    _identity_problems,
+    _subsets,
+    eager_jacobian,
+    fd_jacobian,
+    grad_where_connected,
+    jacobian_fits,
+    require_jacobian_budget,
+)
+
+CUSTOM_CONSISTENCY_REFERENCE = (
+    "the same eager backward with every input and all outputs, contiguous (gradient=custom)"
+)
+CUSTOM_CONSISTENCY_NOTE = (
+    "eager_vjp: gradient=custom: the values of a deliberate gradient have no independent "
+    "reference, so the backward was held to itself across input subsets and memory layouts "
+    "(and to the eager protocol); its forward derivative and second order are checked by "
+    "eager_jvp and eager_vjp_of_vjp"
+)
+
+
+NO_EAGER_JVP = (
+    "no jvp staticmethod: eager forward-mode AD (torch.autograd.forward_ad) raises for this "
+    "Function; add @staticmethod jvp(ctx, *tangents) returning one tangent per output (save "
+    "what it needs with ctx.save_for_forward)"
+)
+
+
+def torch_func_cannot_differentiate(entry: Entry) -> bool:
+    """A legacy Function, or a custom op (torch 2.13 refuses its register_autograd rule)."""
+    return not entry.caps.setup_context or entry.custom_op is not None
+
+
+# --- the eager calls, keeping the layout of the leaves ----------------------------------------
+
+
+def eager_grads(
+    entry: Entry,
+    args: Sequence[Any],
+    wrt: Sequence[int],
+    outputs: Sequence[int],
+    cotangents: Sequence[torch.Tensor | None],
+    *,
+    strided: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """``torch.autograd.grad`` of the selected outputs w.r.t. fresh leaves at ``wrt`` (the
+    user's eager call: ``Function.apply`` then ``.grad``), the leaves non-contiguous when
+    ``strided``; inputs the outputs do not use get zeros."""
+    with torch.enable_grad():
+        leaves = _leaves(args, wrt, strided)
+        outs = restricted(entry, args, wrt, outputs)(*leaves)
+        grads = grad_where_connected(outs, leaves, cotangents)
+    if grads is None:
+        return tuple(torch.zeros_like(x).detach() for x in leaves)
+    return tuple(g.detach() for g in grads)
+
+
+def eager_forward_ad(
+    entry: Entry,
+    args: Sequence[Any],
+    wrt: Sequence[int],
+    outputs: Sequence[int],
+    tangents: Sequence[torch.Tensor],
+    *,
+    strided: bool = False,
+) -> tuple[list[Any], list[torch.Tensor | None]]:
+    """The primal outputs and their tangents by eager forward-mode AD (dual tensors through
+    ``Function.apply``, which runs the Function's ``jvp``). A missing tangent (an output the
+    Function gave none) is None."""
+    with fwAD.dual_level():
+        duals = []
+        for i, t in zip(wrt, tangents):
+            a = args[i].detach()
+            primal = noncontiguous(a) if strided else a.clone()
+            duals.append(fwAD.make_dual(primal, t))
+        outs = restricted(entry, args, wrt, outputs)(*duals)
+        primal_out: list[Any] = []
+        tangent_out: list[torch.Tensor | None] = []
+        for o in outs:
+            if not isinstance(o, torch.Tensor):
+                primal_out.append(o)
+                tangent_out.append(None)
+                continue
+            p, t = fwAD.unpack_dual(o)
+            primal_out.append(p.detach().clone())
+            tangent_out.append(None if t is None else t.detach().clone())
+    return primal_out, tangent_out
+
+
+# --- eager_vjp ---------------------------------------------------------------------------------
+
+
+def run_eager_vjp(ctx: CaseContext) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    entry = ctx.entry
+    findings = Findings.derived(ctx, view)
+    cot = dict(
+        zip(
+            view.outs,
+            random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs]),
+        )
+    )
+    custom = is_custom(entry)
+    columns = view.columns()
+    jac = None
+    if not custom and columns <= FULL_JACOBIAN_MAX and not view.is_complex and jacobian_fits(view):
+        jac = fd_jacobian(ctx, view)
+    ref_name = CUSTOM_CONSISTENCY_REFERENCE if custom else fd.FD_REFERENCE
+    args64 = view.args64()
+    #: gradient=custom: the backward's own grads with every input differentiated, contiguous,
+    #: per output subset (what the subsets and the strided call must agree with).
+    baselines: dict[tuple[int, ...], tuple[torch.Tensor, ...]] = {}
+
+    def baseline(outs: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        if outs not in baselines:
+            cots = [cot[j].clone() if j in outs else None for j in view.outs]
+            baselines[outs] = attempt(
+                "eager backward, every input, contiguous",
+                eager_grads,
+                entry,
+                view.args,
+                view.diff,
+                view.outs,
+                cots,
+            )
+        return baselines[outs]
+
+    def check_grads(
+        label: str, ins: Sequence[int], outs: tuple[int, ...], grads: Sequence[Any], full: bool
+    ) -> None:
+        if custom:
+            if full:
+                return  # the baseline itself: the other cases compare with it
+            expected = [baseline(outs)[view.diff.index(i)] for i in ins]
+        elif jac is not None:
+            cots = [cot[j] if j in outs else None for j in view.outs]
+            every = fd.vjp_from_jacobian(jac, cots, view.input_shapes)
+            expected = [every[view.diff.index(i)] for i in ins]
+        else:
+            gen = ctx.generator("directions", label)
+            directions = [
+                random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)
+            ]
+            f64 = view.fd_fn(args64, ins, outs)
+            rhs = []
+            for t in directions:
+                jt = attempt(
+                    "finite differences (reference, float64 forward)",
+                    fd.directional,
+                    f64,
+                    [args64[i] for i in ins],
+                    t,
+                    step=entry.tolerances.fd_step,
+                )
+                rhs.append(fd.dot(jt, [cot[j] for j in outs]))
+            before = len(findings.problems)
+            _identity_problems(label, findings, grads, directions, rhs, columns)
+            if len(findings.problems) - before == len(directions):
+                findings.hint(CUSTOM_GRADIENT_HINT)
+            return
+        for i, actual, e in zip(ins, grads, expected):
+            ok = findings.compare(
+                f"{label}: grad of input {i} vs {ref_name} (reference)",
+                actual,
+                e,
+                view.args[i].dtype,
+            )
+            if not ok and not custom and _differs_everywhere(findings, actual, e):
+                findings.hint(CUSTOM_GRADIENT_HINT)
+            if not ok and not custom and isinstance(actual, torch.Tensor):
+                for k, other in zip(ins, expected):
+                    if k != i and _close(findings, actual, other):
+                        findings.hint(
+                            f"the grad of input {i} equals the reference grad of input {k}: "
+                            "backward returns its gradients in the wrong order?"
+                        )
+
+    cases = [
+        (f"{in_name}, {out_name}", ins, outs, False)
+        for in_name, ins in _subsets(view.diff, "input", "inputs")
+        for out_name, outs in _subsets(view.outs, "output", "outputs")
+    ]
+    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
+    for name, ins, outs, strided in cases:
+        before = len(findings.problems)
+        label = f"eager_vjp: {name} (torch.autograd.grad, the Function's backward)"
+        cots = [cot[j].clone() for j in outs]
+        if strided:
+            cots = [noncontiguous(c) for c in cots]
+        watch = Watch()
+        for i, a in enumerate(view.args):
+            watch.add(f"input {i}", a)
+        cot_watch = Watch()
+        for j, c in zip(outs, cots):
+            cot_watch.add(f"the cotangent of {view.out_name(j)}", c)
+        grads = attempt(label, eager_grads, entry, view.args, ins, outs, cots, strided=strided)
+        watch.verify(label, findings, INPUT_WHY)
+        cot_watch.verify(label, findings, COTANGENT_WHY)
+        full = not strided and tuple(ins) == view.diff and tuple(outs) == view.outs
+        check_grads(label, ins, tuple(outs), grads, full)
+        findings.outcome(name, before)
+    findings.raise_if_any()
+    if custom:
+        ctx.notes.append(CUSTOM_CONSISTENCY_NOTE)
+    return ref_name
+
+
+# --- eager_jvp ---------------------------------------------------------------------------------
+
+
+def run_eager_jvp(ctx: CaseContext) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    entry = ctx.entry
+    tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
+    custom = is_custom(entry)
+    jac = None
+    if custom:
+        require_jacobian_budget(view, "the custom backward's Jacobian (reference)")
+        jac = eager_jacobian(view)
+    args64 = view.args64()
+
+    def fd_reference(subset: Sequence[int]) -> list[torch.Tensor]:
+        return attempt(  # type: ignore[no-any-return]
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            view.fd_fn(args64, subset, view.outs),
+            [args64[i] for i in subset],
+            [tangents[i] for i in subset],
+            step=entry.tolerances.fd_step,
+        )
+
+    def backward_reference(subset: Sequence[int]) -> list[torch.Tensor]:
+        assert jac is not None
+        every = [tangents[i] if i in subset else None for i in view.diff]
+        return fd.jvp_from_jacobian(jac, every, view.input_shapes)
+
+    references: dict[str, Callable[[Sequence[int]], list[torch.Tensor]]] = {
+        fd.FD_REFERENCE: fd_reference
+    }
+    if custom:
+        references[EAGER_CUSTOM_REFERENCE] = backward_reference
+    findings = Findings.derived(ctx, view)
+    by_name = {name: Findings.derived(ctx, view) for name in references} if custom else {}
+    by_name.setdefault(fd.FD_REFERENCE, findings)
+
+    cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
+    cases.append(("non-contiguous inputs and tangents", view.diff, True))
+    for name, subset, strided in cases:
+        label = f"eager_jvp: {name} (torch.autograd.forward_ad, the Function's jvp)"
+        before = len(findings.problems)
+        tans = [tangents[i].clone() for i in subset]
+        if strided:
+            tans = [noncontiguous(t) for t in tans]
+        watch = Watch()
+        for i, a in enumerate(view.args):
+            watch.add(f"input {i}", a)
+        tan_watch = Watch()
+        for i, t in zip(subset, tans):
+            tan_watch.add(f"the tangent of input {i}", t)
+        primal, tout = attempt(
+            label, eager_forward_ad, entry, view.args, subset, view.outs, tans, strided=strided
+        )
+        watch.verify(label, findings, INPUT_WHY)
+        tan_watch.verify(label, findings, TANGENT_WHY)
+        for k, j in enumerate(view.outs):
+            findings.compare(
+                f"{label}: primal {view.out_name(j)} under forward AD vs the plain call",
+                primal[k],
+                view.outputs[j],
+            )
+        for ref_name, reference in references.items():
+            found = by_name[ref_name]
+            before_ref = len(found.problems)
+            for k, (j, expected) in enumerate(zip(view.outs, reference(subset))):
+                actual = tout[k]
+                if actual is None:
+                    if bool(expected.abs().max() > 0) if expected.numel() else False:
+                        found.add(
+                            f"{label}: {view.out_name(j)} has no tangent (the jvp returned None "
+                            f"for it, or forward AD did not reach it) but {ref_name} (reference) "
+                            "is nonzero: forward-mode users get silent zeros"
+                        )
+                    continue
+                found.compare(
+                    f"{label}: tangent of {view.out_name(j)} (the Function's jvp) vs {ref_name} "
+                    "(reference)",
+                    actual,
+                    expected,
+                    view.outputs[j].dtype,
+                )
+            found.outcome(name, before_ref)
+        findings.outcome(name, before)
+    if custom:
+        return either_reference(ctx, "eager_jvp", by_name, findings)
+    findings.raise_if_any()
+    return fd.FD_REFERENCE
+
+
+# --- registration ----------------------------------------------------------------------------
+
+
+def _needs_backward(entry: Entry) -> str | None:
+    return None if entry.caps.backward else NO_BACKWARD
+
+
+def _needs_jvp(entry: Entry) -> str | None:
+    if entry.custom_op is not None:
+        return (
+            "a torch.library custom op has no forward-mode AD (register_autograd gives reverse "
+            "mode only; forward AD silently gives no tangent)"
+        )
+    return None if entry.caps.jvp else NO_EAGER_JVP
+
+
+def _needs_backward_twice(entry: Entry) -> str | None:
+    return _needs_backward(entry) or _needs_double_backward(entry)
+
+
+_EAGER: list[tuple[str, Callable[[CaseContext], str | None], Any, str, str]] = [
+    (
+        "eager_vjp",
+        run_eager_vjp,
+        _needs_backward,
+        fd.FD_REFERENCE,
+        "torch.autograd.grad (no torch.func), each differentiable input alone and all together "
+        "x each output alone and all together, and non-contiguous, against finite "
+        "differences; only for Functions torch.func cannot differentiate (legacy "
+        "forward(ctx, ...), torch.library custom ops)",
+    ),
+    (
+        "eager_jvp",
+        run_eager_jvp,
+        _needs_jvp,
+        fd.FD_REFERENCE,
+        "eager forward-mode AD (torch.autograd.forward_ad, the Function's jvp), each tangent "
+        "alone and all together, and non-contiguous, against finite differences; only for "
+        "Functions torch.func cannot differentiate",
+    ),
+    (
+        "eager_vjp_of_vjp",
+        run_eager_vjp_of_vjp,
+        _needs_backward_twice,
+        EAGER_SECOND_ORDER_REFERENCE,
+        "eager double backward (torch.autograd.grad with create_graph=True, twice) against "
+        "finite differences of the eager first-order vjp; only for Functions torch.func "
+        "cannot differentiate",
+    ),
+]
+
+for _name, _run, _supported, _reference, _description in _EAGER:
+    register(
+        CheckSpec(
+            _name,
+            _with_fixed_rng(_run),
+            no_plan,
+            _supported,
+            "eager",
+            _reference,
+            _description,
+            by_default=torch_func_cannot_differentiate,
+        )
+    )
