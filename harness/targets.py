@@ -127,7 +127,7 @@ def load_attr(spec: str, what: str) -> Any:
 
 
 #: Command-line capability flags -> Capabilities fields.
-CAPABILITY_FLAGS = ("inplace_args", "nondiff_outputs", "randomness", "double_backward")
+CAPABILITY_FLAGS = ("inplace_args", "nondiff_outputs", "randomness", "double_backward", "dtypes")
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,10 @@ class TargetSpec:
         d["capabilities"] = {
             k: list(v) if isinstance(v, tuple) else v for k, v in self.capabilities.items()
         }
+        if "dtypes" in d["capabilities"]:  # names, not torch.dtype objects (JSON)
+            dts = d["capabilities"]["dtypes"]
+            dts = dts if isinstance(dts, list) else [dts]
+            d["capabilities"]["dtypes"] = [str(t).replace("torch.", "") for t in dts]
         return d
 
     @classmethod
@@ -187,6 +191,8 @@ class TargetSpec:
             args.append("--randomness")
         if self.capabilities.get("double_backward") is False:
             args.append("--no-double-backward")
+        if self.capabilities.get("dtypes"):
+            args += ["--dtypes", ",".join(map(str, self.capabilities["dtypes"]))]
         if self.gradient != "derivative":
             args += ["--gradient", self.gradient]
         if self.name:
