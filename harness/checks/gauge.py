@@ -64,7 +64,7 @@ def float64_differs(view: DiffView) -> str:
     args64 = view.args64()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         wide = attempt(
-            "the float64 forward (reference)",
+            "finite differences (reference, float64 forward)",
             restricted(view.entry, args64, view.diff, view.outs),
             *view.primals(args64),
         )
