@@ -119,7 +119,7 @@ class Findings:
     floor: tuple[float, float] | None = None
 
     def hint(self, text: str) -> None:
-        if text not in self.hints:
+        if text and text not in self.hints:
             self.hints.append(text)
 
     def outcome(self, subcheck: str, problems_before: int) -> None:

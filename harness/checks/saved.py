@@ -43,6 +43,8 @@ class BackwardReads:
     inputs: tuple[str, ...] = ()
     others: tuple[str, ...] = ()
     known: bool = True
+    #: Flat indices of the outputs among the saved tensors.
+    saved_outputs: tuple[int, ...] = ()
 
     @property
     def inputs_only(self) -> bool:
@@ -114,6 +116,7 @@ def backward_reads(view: DiffView) -> BackwardReads:
     outputs = [(f"output {j}", o) for j, o in enumerate(outs)]
     found_inputs: list[str] = []
     others: list[str] = []
+    saved_outputs: list[int] = []
     for where, t in saved:
         as_output = _match(t, outputs)
         as_input = "" if as_output else _match(t, inputs)
@@ -122,6 +125,32 @@ def backward_reads(view: DiffView) -> BackwardReads:
                 found_inputs.append(as_input)
         elif as_output:
             others.append(f"the saved {as_output}" + (f" ({where})" if "ctx." in where else ""))
+            j = int(as_output.rsplit(" ", 1)[1])
+            if j not in saved_outputs:
+                saved_outputs.append(j)
         else:
             others.append(f"an intermediate ({where})")
-    return BackwardReads(tuple(found_inputs), tuple(others))
+    return BackwardReads(tuple(found_inputs), tuple(others), True, tuple(saved_outputs))
+
+
+def nondiff_saved_hint(view: DiffView) -> str:
+    """For a second-order failure: backward reads outputs that are not differentiable (marked
+    with ``mark_non_differentiable``), whose dependence on the inputs double backward cannot
+    see ("" when it reads none)."""
+    reads = backward_reads(view)
+    marked = [
+        j
+        for j in reads.saved_outputs
+        if j not in view.outs
+        and isinstance(view.outputs[j], torch.Tensor)
+        and (view.outputs[j].is_floating_point() or view.outputs[j].is_complex())
+    ]
+    if not marked:
+        return ""
+    names = ", ".join(view.out_name(j) for j in marked)
+    return (
+        f"backward reads {names}, which the Function marks non-differentiable: double backward "
+        "cannot see how they depend on the inputs, so its second order misses those terms; "
+        "recompute them from the inputs in backward, or declare double_backward=False "
+        "(--no-double-backward)"
+    )

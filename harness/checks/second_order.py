@@ -63,7 +63,7 @@ from harness.checks.references import (
     fd_jacobian,
     grad_where_connected,
 )
-from harness.checks.saved import BackwardReads, backward_reads
+from harness.checks.saved import BackwardReads, backward_reads, nondiff_saved_hint
 
 EAGER_DOUBLE_BACKWARD = (
     "eager double backward (torch.autograd.grad twice with create_graph=True, gradient=custom)"
@@ -408,6 +408,8 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
             _follows(findings, "vjp_of_vjp", case)
         else:
             hint = _second_order_hint(entry, results[0][1], expected or [])
+            if not custom:
+                findings.hint(nondiff_saved_hint(view))
         if reads is not None:
             findings.hint(custom_reference_note("vjp_of_vjp", reads))
     findings.raise_if_any(hint)
@@ -486,6 +488,8 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
             _follows(findings, "jvp_of_vjp", case)
         else:
             hint = _second_order_hint(entry, actual, expected)
+            if not custom:
+                findings.hint(nondiff_saved_hint(view))
         if reads is not None:
             findings.hint(custom_reference_note("jvp_of_vjp", reads))
     findings.raise_if_any(hint)
