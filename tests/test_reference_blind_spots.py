@@ -384,3 +384,13 @@ def test_hazard_plans_unbatch_only_leaves_with_a_dim_of_that_size():
     assert "in_dims=(None,0),B=4,hazard=4" in ids  # argument 0 has a dim of 4
     assert "in_dims=(0,None),B=4,hazard=4" not in ids  # argument 1 has none
     assert {"in_dims=(None,0),B=5,hazard=5", "in_dims=(0,None),B=5,hazard=5"} <= set(ids)
+
+
+def _two_samples(seed):
+    return rf.plain_samples(seed) + rf.plain_samples(seed + 1)
+
+
+def test_the_container_finding_is_reported_once_whatever_the_number_of_samples():
+    result = harness.check(rf.SinCosDict, _two_samples, checks=["vmap", "jvp", "vjp"])
+    fails = sorted(c.id for c in result.cases if c.status == "fail")
+    assert fails == ["SinCosDict/jvp/s0", "SinCosDict/vmap/s0/in_dims=(0,)"]

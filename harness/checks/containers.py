@@ -33,7 +33,7 @@ WHY = (
 )
 #: At most this many nested leaves are named in the message.
 MAX_NAMED = 4
-_KIND = {dict: "dict", list: "list", tuple: "tuple"}
+_KIND: dict[type, str] = {dict: "dict", list: "list", tuple: "tuple"}
 
 
 def _nested(value: Any, name: str, kind: str, found: list[tuple[str, str]]) -> None:
@@ -111,10 +111,11 @@ def container_finding(ctx: CaseContext, check: str, family: str) -> str:
     base = getattr(ctx.slices, "base_args", None)
     if base is not None:  # an earlier sample that shows it reports it
         for index in range(ctx.sample_index):
-            earlier = _kept(
-                ctx, ("nested outputs", index), lambda i=index: _sample_finding(ctx.entry, base(i))
-            )
-            if earlier:
+
+            def earlier_finding(i: int = index) -> str:
+                return _sample_finding(ctx.entry, base(i))
+
+            if _kept(ctx, ("nested outputs", index), earlier_finding):
                 return ""
     first = _kept(ctx, ("first case", family, ctx.options), lambda: _first_case(ctx, family))
     if first is None:
