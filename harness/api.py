@@ -65,7 +65,9 @@ def check(
     ("derivative" or "custom"), ``tolerances``, ``timeout_s``, ``plan_cap``,
     ``hazard_probe`` (True adds the vmap_hazard pass), and
     capabilities that override what is read from the class (``inplace_args=(0,)``,
-    ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...).
+    ``nondiff_outputs=(1,)``, ``double_backward=False``, ``randomness=True``...), and
+    ``dtypes=`` (``("float64",)``: the dtypes the Function supports; float64 samples get a
+    float32 leg of jvp and vjp unless float32 is left out, ``harness.checks.dtype_leg``).
     ``expectations`` is a path to an expectations file (or a parsed one).
 
     Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or
