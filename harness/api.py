@@ -67,7 +67,9 @@ def check(
     capabilities that override what is read from the class (``inplace_args=(0,)``,
     ``nondiff_outputs=(1,)``, ``nondiff_args=(1, 2)`` (float arguments never
     differentiated: no tangent, cotangent or gradient for them), ``double_backward=False``,
-    ``randomness=True``...). ``function`` may also be a ``torch.library`` custom op.
+    ``randomness=True``...), and ``dtypes=`` (``("float64",)``: the dtypes the Function
+    supports; float64 samples get a float32 leg of jvp and vjp unless float32 is left out,
+    ``harness.checks.dtype_leg``). ``function`` may also be a ``torch.library`` custom op.
     ``expectations`` is a path to an expectations file (or a parsed one).
 
     Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or

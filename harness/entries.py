@@ -328,12 +328,13 @@ def make_entry(
     ``torch.library`` custom op) and samples as an Entry."""
     if gradient not in (GRADIENT_DERIVATIVE, GRADIENT_CUSTOM):
         raise UsageError(f"gradient must be 'derivative' or 'custom', got {gradient!r}")
+    capabilities = dict(capabilities)
+    dtypes = declared_dtypes(capabilities.pop("dtypes", None))
     cap_fields = {f.name for f in dataclasses.fields(Capabilities)}
     unknown = set(capabilities) - cap_fields
     if unknown:
-        raise UsageError(
-            f"unknown capability {sorted(unknown)[0]!r}; known: {', '.join(sorted(cap_fields))}"
-        )
+        known = ", ".join(sorted({*cap_fields, "dtypes"}))
+        raise UsageError(f"unknown capability {sorted(unknown)[0]!r}; known: {known}")
     if is_custom_op(function):
         return Entry(
             name=name or str(function._name),
@@ -344,7 +345,7 @@ def make_entry(
             tolerances=tolerances or Tolerances(),
             gradient=gradient,
             custom_op=function,
-            dtypes=(),
+            dtypes=dtypes,
         )
     cls = function_class(function)
     caps = Capabilities.from_function(cls, **capabilities)
@@ -357,10 +358,31 @@ def make_entry(
         caps=caps,
         tolerances=tolerances or Tolerances(),
         gradient=gradient,
-        # A user's Function declares no dtypes: it runs at its samples' own, or the one
-        # the user asks for (dtype=, --dtype).
-        dtypes=(),
+        # A user's Function declares no dtypes unless it says so (dtypes=, --dtypes): it runs
+        # at its samples' own, or the one the user asks for (dtype=, --dtype), and float64
+        # samples get a float32 leg (harness.checks.dtype_leg) unless float32 is left out.
+        dtypes=dtypes,
     )
+
+
+def declared_dtypes(value: Any) -> tuple[torch.dtype, ...]:
+    """The ``dtypes=`` capability as torch dtypes: names (``"float64"``) or dtypes; () for none."""
+    from harness.core.options import DTYPES
+
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, (str, torch.dtype)) else list(value)
+    out = []
+    for item in items:
+        if isinstance(item, torch.dtype) and item in DTYPES.values():
+            out.append(item)
+        elif isinstance(item, str) and item.strip().replace("torch.", "") in DTYPES:
+            out.append(DTYPES[item.strip().replace("torch.", "")])
+        else:
+            raise UsageError(f"dtypes: unknown dtype {item!r}; use names among {', '.join(DTYPES)}")
+    if not out:
+        raise UsageError(f"dtypes: name at least one dtype among {', '.join(DTYPES)}")
+    return tuple(dict.fromkeys(out))
 
 
 def base_samples(entry: Entry, options: Options) -> list[Sample]:

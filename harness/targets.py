@@ -133,6 +133,7 @@ CAPABILITY_FLAGS = (
     "nondiff_args",
     "randomness",
     "double_backward",
+    "dtypes",
 )
 
 
@@ -165,6 +166,10 @@ class TargetSpec:
         d["capabilities"] = {
             k: list(v) if isinstance(v, tuple) else v for k, v in self.capabilities.items()
         }
+        if "dtypes" in d["capabilities"]:  # names, not torch.dtype objects (JSON)
+            dts = d["capabilities"]["dtypes"]
+            dts = dts if isinstance(dts, list) else [dts]
+            d["capabilities"]["dtypes"] = [str(t).replace("torch.", "") for t in dts]
         return d
 
     @classmethod
@@ -195,6 +200,8 @@ class TargetSpec:
             args.append("--randomness")
         if self.capabilities.get("double_backward") is False:
             args.append("--no-double-backward")
+        if self.capabilities.get("dtypes"):
+            args += ["--dtypes", ",".join(map(str, self.capabilities["dtypes"]))]
         if self.gradient != "derivative":
             args += ["--gradient", self.gradient]
         if self.name:

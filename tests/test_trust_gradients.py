@@ -27,10 +27,17 @@ FD_HINT = "if this gradient is intentional (surrogate, straight-through, tangent
 
 
 def by_check(result):
+    """The cases by check, without the float32 legs of float64 samples (``legs``)."""
     out: dict[str, list] = {}
     for r in result.cases:
-        out.setdefault(r.check, []).append(r)
+        if "/dtype=" not in r.id:
+            out.setdefault(r.check, []).append(r)
     return out
+
+
+def legs(result):
+    """The float32 legs (``.../dtype=float32``) that jvp and vjp add for float64 samples."""
+    return [r for r in result.cases if "/dtype=" in r.id]
 
 
 def bad(result):
@@ -139,8 +146,14 @@ def test_planted_straight_through_keeps_its_custom_verdicts():
 def test_float64_only_function_keeps_its_samples_dtype_by_default():
     result = harness.check(R.Float64Only, R.float64_samples)
     assert_all_pass(result)
-    assert {r.dtype for r in result.cases} == {"float64"}
+    assert {r.dtype for r in result.cases if r not in legs(result)} == {"float64"}
     assert result.metadata["dtype"] == "samples"
+    # its float32 legs are skipped with a note: it refuses float32
+    assert {(r.check, r.status, r.dtype) for r in legs(result)} == {
+        ("jvp", "unsupported", "float32"),
+        ("vjp", "unsupported", "float32"),
+    }
+    assert all("refuses float32" in r.message for r in legs(result))
     # the old default (cast to float32) made it raise its own assertion
     cast = harness.check(R.Float64Only, R.float64_samples, dtype="float32", checks=["vjp"])
     (case,) = cast.cases
@@ -287,7 +300,7 @@ def test_autodiff_repro_uses_the_suites_reference(
     suite = harness.check(
         getattr(R, cls), R.axis_angle_samples, gradient=gradient, checks=[case.split("/")[1]]
     )
-    (record,) = suite.cases
+    (record,) = [c for c in suite.cases if c.id == case]
     assert (record.status == "fail") == reproduces, record.message
     script = tmp_path / "repro.py"
     argv = [f"{fixtures}:{cls}", "--samples", f"{fixtures}:axis_angle_samples"]
@@ -317,6 +330,9 @@ def test_afdb_check_keeps_the_samples_dtype_unless_dtype_is_given(tmp_path, caps
     capsys.readouterr()
     own_report, cast_report = json.loads(own.read_text()), json.loads(cast.read_text())
     assert own_report["metadata"]["dtype"] == "samples"
-    assert {c["dtype"] for c in own_report["cases"]} == {"float64"}
+    own_cases = {c["id"]: c for c in own_report["cases"]}
+    assert {c["dtype"] for i, c in own_cases.items() if "/dtype=" not in i} == {"float64"}
+    leg = own_cases["Float64Only/vjp/s0/dtype=float32"]  # the float32 leg, refused
+    assert leg["dtype"] == "float32" and leg["status"] == "unsupported"
     assert {c["dtype"] for c in cast_report["cases"]} == {"float32"}
     assert all("needs float64 input" in c["message"] for c in cast_report["cases"])

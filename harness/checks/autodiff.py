@@ -70,6 +70,7 @@ from harness.checks.composites import (
     run_vmap_of_jvp,
     run_vmap_of_vjp,
 )
+from harness.checks.dtype_leg import LEG_CHECKS, with_dtype_leg
 from harness.checks.first_order import (
     run_jacobian,
     run_jvp,
@@ -277,6 +278,8 @@ def refused_message(entry: Entry, refusal: str) -> str:
 
 
 for _name, _run, _plans, _supported, _reference, _description in _CATALOGUE:
+    if _name in LEG_CHECKS:
+        _run = with_dtype_leg(_run)
     register(
         CheckSpec(
             _name, _with_fixed_rng(_run), _plans, _supported, "autodiff", _reference, _description

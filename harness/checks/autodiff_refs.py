@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from harness.checks.catalogue import (
 )
 from harness.checks.compare import compare_tensors
 from harness.core.errors import FunctionRaised
+from harness.core.options import dtype_name
 from harness.plans.batching import as_tuple
 from harness.plans.pytrees import FlatCall
 
@@ -113,7 +115,7 @@ class Findings:
     floor: tuple[float, float] | None = None
 
     def hint(self, text: str) -> None:
-        if text not in self.hints:
+        if text and text not in self.hints:
             self.hints.append(text)
 
     def outcome(self, subcheck: str, problems_before: int) -> None:
@@ -138,6 +140,11 @@ class Findings:
         )
         if view.same_dtype_fd:
             found.reference_step = fd.base_step([view.outputs[j] for j in view.outs])
+        if view.run_dtype_fd:
+            found.hint(
+                f"{view.run_dtype_fd}: the finite differences ran at {dtype_name(ctx.dtype)}, "
+                "the function the call computes"
+            )
         declared = ctx.entry.tolerances.for_dtype(ctx.dtype)
         if declared != Tolerances().for_dtype(ctx.dtype):
             found.floor = declared
@@ -286,6 +293,9 @@ class DiffView:
     outs: tuple[int, ...]  # differentiable output indices
     outputs: tuple[Any, ...]  # the plain call's outputs (all leaves of them)
     out_names: tuple[str, ...] = ()  # each leaf's name: output 0, output 1['var'], ...
+    #: Why finite differences evaluate the Function at the call's dtype ("" when they do
+    #: not): the float64 copy is another function there (``harness.checks.gauge``).
+    run_dtype_fd: str = ""
 
     def out_name(self, j: int) -> str:
         return self.out_names[j] if j < len(self.out_names) else f"output {j}"
@@ -307,8 +317,9 @@ class DiffView:
     @property
     def same_dtype_fd(self) -> bool:
         """A random Function draws in its input's dtype, so its finite differences must run
-        in the call's dtype (with the same RNG state) to see the same draw."""
-        return self.entry.caps.randomness and any(
+        in the call's dtype (with the same RNG state) to see the same draw; so must those of
+        a Function whose float64 forward is another function (``run_dtype_fd``)."""
+        return (bool(self.run_dtype_fd) or self.entry.caps.randomness) and any(
             isinstance(a, torch.Tensor)
             and fd.is_differentiable_dtype(a)
             and a.dtype not in (torch.float64, torch.complex128)
@@ -338,6 +349,17 @@ class DiffView:
         return any(self.args[i].is_complex() for i in self.diff) or any(
             self.outputs[j].is_complex() for j in self.outs
         )
+
+
+def reference_view(ctx: CaseContext, view: DiffView) -> DiffView:
+    """The view that references running the Function itself (its eager backward, for
+    ``gradient="custom"``) use: the case's own, or its float64 copy in a dtype leg, whose
+    reference is the float64 one."""
+    if ctx.leg is None:
+        return view
+    return dataclasses.replace(
+        view, args=view.args64(), outputs=tuple(fd.upcast(o) for o in view.outputs)
+    )
 
 
 def eager_outputs(

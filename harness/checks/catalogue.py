@@ -10,6 +10,7 @@ register their checks in ``CHECKS`` through ``register``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,6 +59,9 @@ class CaseContext:
     notes: list[str] = field(default_factory=list)
     #: ``randomness=`` for the vmaps a check runs ("same" for a random entry whose RNG is fixed).
     vmap_randomness: str = "error"
+    #: The dtype of a dtype leg (``harness.checks.dtype_leg``): the sample was cast to it, and
+    #: references that run the Function itself (eager backward) run at float64 instead.
+    leg: torch.dtype | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -103,10 +107,29 @@ CHECKS: dict[str, CheckSpec] = {}
 
 
 def register(spec: CheckSpec) -> CheckSpec:
+    """Add ``spec`` to the registry. A catalogue check of the vmap or autodiff family first
+    reports floating outputs nested in containers, once per family
+    (``harness.checks.containers``)."""
     if spec.name in CHECKS:
         raise ValueError(f"check {spec.name!r} registered twice")
+    if spec.catalogue and spec.family in ("vmap", "autodiff"):
+        spec = dataclasses.replace(spec, run=_container_guard(spec))
     CHECKS[spec.name] = spec
     return spec
+
+
+def _container_guard(spec: CheckSpec) -> Callable[[CaseContext], str | None]:
+    run = spec.run
+
+    def run_guarded(ctx: CaseContext) -> str | None:
+        from harness.checks.containers import container_finding
+
+        text = container_finding(ctx, spec.name, spec.family)
+        if text:
+            raise CheckFailure(text)
+        return run(ctx)
+
+    return run_guarded
 
 
 def no_plan(layout: ArgLayout, options: Options) -> list[Plan | None]:

@@ -6,11 +6,15 @@ primals are upcast to float64 before differencing, so the reference is as
 accurate as the float64 forward allows, whatever dtype the check runs at.
 
 The step
-    For a direction ``t`` the step is ``h = base * max(1, |x|_inf) / |t|_inf``:
-    the perturbation of the largest element is ``base`` relative to the
-    magnitude of the inputs (at least ``base`` absolute). ``base`` is chosen per
-    dtype the forward actually computes in (float64 normally: the outputs'
-    dtype at float64 inputs), see ``BASE_STEP``; an entry may fix it
+    Scaled per element: an element ``x_e`` is perturbed by about ``base * max(1, |x_e|)``.
+    A direction ``t`` is split by the magnitude of the elements it moves (one part per
+    decade of ``max(1, |x_e|)``, ``scale_groups``), ``J t`` is the sum of ``J t_g`` over
+    the parts (it is linear in ``t``), and each part gets the step
+    ``h_g = base * scale_g / |t_g|_inf`` with ``scale_g`` its largest ``max(1, |x_e|)``.
+    So one element of size 3e3 does not make the step ~1 for elements of size 1 (a
+    softplus over values of scale 1 would then be differenced across its curvature).
+    ``base`` is chosen per dtype the forward actually computes in (float64 normally:
+    the outputs' dtype at float64 inputs), see ``BASE_STEP``; an entry may fix it
     (``Tolerances.fd_step``).
 
 The formula
@@ -116,15 +120,55 @@ def directional(
     """
     primals = list(primals)
     tangents = [None if t is None else _wide(t) for t in tangents]
-    outputs = _eval(fn, primals)
-    tmax = _inf_norm(tangents)
-    if tmax == 0.0:
+    with torch.no_grad():
+        raw = list(fn(*primals))
+    outputs = [_wide(o) for o in raw]
+    if _inf_norm(tangents) == 0.0:
         return [torch.zeros_like(o) for o in outputs]
-    scale = max(1.0, _inf_norm([x for x, t in zip(primals, tangents) if t is not None]))
-    h = base_step(fn(*primals), step) * scale / tmax
-    coarse = _central(fn, primals, tangents, h)
-    fine = _central(fn, primals, tangents, h / 2)
-    return [(4 * f - c) / 3 for f, c in zip(fine, coarse)]
+    base = base_step(raw, step)
+    total: list[torch.Tensor] | None = None
+    for scale, part in scale_groups(primals, tangents):
+        h = base * scale / _inf_norm(part)
+        coarse = _central(fn, primals, part, h)
+        fine = _central(fn, primals, part, h / 2)
+        estimate = [(4 * f - c) / 3 for f, c in zip(fine, coarse)]
+        total = estimate if total is None else [a + b for a, b in zip(total, estimate)]
+    assert total is not None  # some tangent is non-zero
+    return total
+
+
+def _decade(x: torch.Tensor) -> torch.Tensor:
+    """``floor(log10(max(1, |x_e|)))`` per element (0 where ``x_e`` is not finite)."""
+    magnitude = x.detach().abs().to(torch.float64).clamp(min=1.0)
+    return torch.nan_to_num(torch.floor(torch.log10(magnitude)), nan=0.0, posinf=0.0)
+
+
+def scale_groups(
+    primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor | None]
+) -> list[tuple[float, list[torch.Tensor | None]]]:
+    """The direction split by the magnitude of the elements it moves: one part per decade of
+    ``max(1, |x_e|)`` (elements of size up to 10 are one part), each with its largest
+    ``max(1, |x_e|)``. The parts sum to the direction; parts with a zero tangent are left out."""
+    decades = [None if t is None else _decade(x) for x, t in zip(primals, tangents)]
+    found = sorted({float(k) for d in decades if d is not None for k in d.unique().tolist()})
+    groups: list[tuple[float, list[torch.Tensor | None]]] = []
+    for k in found:
+        part: list[torch.Tensor | None] = []
+        scale = 1.0
+        for x, t, d in zip(primals, tangents, decades):
+            if t is None or d is None:
+                part.append(None)
+                continue
+            mask = d == k
+            if not bool((mask & (t != 0)).any()):
+                part.append(None)
+                continue
+            part.append(torch.where(mask, t, torch.zeros_like(t)))
+            moved = x.detach().abs().to(torch.float64)[mask]
+            scale = max(scale, float(moved.max()) if moved.numel() else 1.0)
+        if any(p is not None for p in part):
+            groups.append((scale, part))
+    return groups
 
 
 def jacobian(

@@ -24,12 +24,14 @@ from harness.checks.autodiff_refs import (
     is_custom,
     noncontiguous,
     random_like,
+    reference_view,
     restricted,
 )
 from harness.checks.catalogue import (
     CaseContext,
     Unsupported,
 )
+from harness.checks.gauge import same_function
 from harness.checks.references import (
     _identity_problems,
     _subsets,
@@ -93,10 +95,11 @@ def either_reference(
 def run_jvp(ctx: CaseContext) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
+    same_function(ctx, view, "jvp")
     entry = ctx.entry
     tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
     custom = is_custom(entry)
-    jac = reference_jacobian(ctx, view)[0] if custom else None
+    jac = reference_jacobian(ctx, reference_view(ctx, view))[0] if custom else None
     args64 = view.args64()
 
     def fd_reference(subset: Sequence[int]) -> list[torch.Tensor]:
@@ -201,6 +204,8 @@ def run_vjp(ctx: CaseContext) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
     entry = ctx.entry
+    if not is_custom(entry):
+        same_function(ctx, view, "vjp")
     findings = Findings.derived(ctx, view)
     cot = dict(
         zip(
@@ -219,14 +224,18 @@ def run_vjp(ctx: CaseContext) -> str:
     def reference(ins: Sequence[int], outs: Sequence[int]) -> list[torch.Tensor] | None:
         cots: list[torch.Tensor | None] = [cot[j] if j in outs else None for j in view.outs]
         if custom:
+            ref = reference_view(ctx, view)
             full = attempt(
                 "eager backward (reference)",
                 eager_vjp,
                 entry,
-                view.args,
+                ref.args,
                 view.diff,
                 view.outs,
-                [None if c is None else c.clone() for c in cots],
+                [
+                    None if c is None else c.clone().to(ref.outputs[j].dtype)
+                    for c, j in zip(cots, view.outs)
+                ],
             )
         elif jac is not None:
             full = fd.vjp_from_jacobian(jac, cots, view.input_shapes)
@@ -321,6 +330,8 @@ def run_jacobian(ctx: CaseContext, kind: str) -> str:
     view = diff_view(ctx)
     require_jacobian_budget(view, f"{kind} (torch.func.{kind} and its reference)")
     eager_protocol(ctx, view)
+    if not is_custom(ctx.entry) or kind == "jacfwd":
+        same_function(ctx, view, kind)
     findings = Findings.derived(ctx, view)
     transform: Callable[..., Any] = torch.func.jacrev
     if kind == "jacfwd":

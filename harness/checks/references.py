@@ -198,6 +198,7 @@ def fd_jacobian(ctx: CaseContext, view: DiffView) -> list[list[torch.Tensor]]:
         ctx.options.seed,
         ctx.options.dtype,
         ctx.options.device,
+        tuple(str(a.dtype) for a in view.args if isinstance(a, torch.Tensor)),
     )
     try:
         cached = _JACOBIAN_CACHE.get(key)

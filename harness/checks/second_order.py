@@ -6,13 +6,25 @@ of the eager first-order vjp ``g(x, c) = J(x)^T c`` along the tangents; for
 differences. When the sample's first-order vjp already differs from finite differences,
 a second-order failure says it follows from that case.
 
-``custom`` entries (a first order that is deliberately not the derivative): never finite
-differences of the backward, since a saved output's dependence runs through the custom
-rule in one and the true derivative in the other. ``vjp_of_vjp`` is compared with plain
-eager autograd's double backward of the same Function (``torch.autograd.grad`` twice with
-``create_graph=True``); ``jvp_of_vjp`` passes when it matches either that double backward
-(``J_g t`` by the double-vjp trick) or eager forward-over-reverse (``forward_ad`` dual
-tensors through ``torch.autograd.grad``: the Function's own jvp for saved outputs).
+``custom`` entries (a first order that is deliberately not the derivative): which
+reference is independent depends on what backward reads, worked out from the ctx
+(``harness.checks.saved``).
+
+* Only saved inputs: the derivative of the gradient users get is the derivative of the
+  Function's own first-order map ``g(x, c) = backward(x)(c)``, so both checks are compared
+  with float64 central finite differences of ``g`` (``vjp_of_vjp`` with the transpose of
+  ``g``'s FD Jacobian, as ``g`` is not a gradient and its Jacobian not symmetric; by
+  random directions ``<J_g t, w> = <t, J_g^T w>`` when large). A backward that detaches
+  what it saved loses its second-order terms here and fails.
+* A saved output or intermediate: its dependence on the inputs runs through the custom
+  rule under torch.func and through the true derivative in finite differences, so
+  ``vjp_of_vjp`` is compared with plain eager autograd's double backward of the same
+  Function (``torch.autograd.grad`` twice with ``create_graph=True``), and ``jvp_of_vjp``
+  passes when it matches either that double backward (``J_g t`` by the double-vjp trick) or
+  eager forward-over-reverse (``forward_ad`` dual tensors through ``torch.autograd.grad``:
+  the Function's own jvp for saved outputs). The case message says so, and what this
+  reference cannot see: a backward that detaches what it saved, or any second-order
+  mistake that eager autograd makes too.
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from autograd_function_db.entry import Entry
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import (
     FULL_JACOBIAN_MAX,
+    IDENTITY_DIRECTIONS,
+    MEMORY_BUDGET,
     SECOND_ORDER_REFERENCE,
     DiffView,
     Findings,
@@ -42,12 +56,14 @@ from harness.checks.catalogue import (
     CaseContext,
 )
 from harness.checks.first_order import either_reference
+from harness.checks.gauge import same_function
 from harness.checks.references import (
     _identity_problems,
     eager_vjp,
     fd_jacobian,
     grad_where_connected,
 )
+from harness.checks.saved import BackwardReads, backward_reads, nondiff_saved_hint
 
 EAGER_DOUBLE_BACKWARD = (
     "eager double backward (torch.autograd.grad twice with create_graph=True, gradient=custom)"
@@ -56,6 +72,29 @@ EAGER_FORWARD_OVER_REVERSE = (
     "eager forward-over-reverse (torch.autograd.forward_ad over torch.autograd.grad, "
     "gradient=custom)"
 )
+CUSTOM_FD_SECOND_ORDER = (
+    "finite differences (float64) of the Function's own first-order map x -> backward(x)(c) "
+    "(gradient=custom)"
+)
+EAGER_BLIND_SPOT = (
+    "this reference cannot see a backward that detaches what it saved, nor any second-order "
+    "mistake eager autograd makes too"
+)
+
+
+def custom_reference_note(check: str, reads: BackwardReads) -> str:
+    """What the case message says about the reference a custom entry's second order used."""
+    if reads.inputs_only:
+        return (
+            f"{check}: compared with {CUSTOM_FD_SECOND_ORDER}, independent of the Function's "
+            f"double backward: {reads.describe()}"
+        )
+    return (
+        f"{check}: compared with eager double backward of the same Function, because "
+        f"{reads.describe()} (its dependence on the inputs runs through the custom rule under "
+        f"torch.func and through the true derivative in finite differences); {EAGER_BLIND_SPOT}"
+    )
+
 
 # --- second order ----------------------------------------------------------------------------
 
@@ -228,6 +267,60 @@ def _follows(findings: Findings, check: str, case: str) -> None:
     findings.failed, findings.passed = [], []
 
 
+def custom_fd_transpose(
+    ctx: CaseContext,
+    view: DiffView,
+    primals: Sequence[torch.Tensor],
+    w: Sequence[torch.Tensor],
+) -> list[torch.Tensor] | None:
+    """``J_g^T w`` for the Function's own first-order map ``g(x, c) = backward(x)(c)`` from its
+    float64 finite-difference Jacobian (one column per element of x and c); None when that
+    Jacobian is too large (the caller checks random directions instead)."""
+    p64 = [fd.upcast(p) for p in primals]
+    columns = sum(p.numel() for p in p64)
+    rows = sum(x.numel() for x in p64[: len(view.diff)])
+    if columns > FULL_JACOBIAN_MAX or rows * columns * 8 > MEMORY_BUDGET or view.is_complex:
+        return None
+    blocks = attempt(
+        f"{CUSTOM_FD_SECOND_ORDER} (reference)",
+        fd.jacobian,
+        eager_first_order(view, view.args64()),
+        p64,
+        step=ctx.entry.tolerances.fd_step,
+    )
+    return fd.vjp_from_jacobian(blocks, list(w), [p.shape for p in p64])
+
+
+def _custom_fd_directions(
+    ctx: CaseContext,
+    view: DiffView,
+    findings: Findings,
+    results: Sequence[tuple[str, Sequence[Any]]],
+    primals: Sequence[torch.Tensor],
+    w: Sequence[torch.Tensor],
+) -> None:
+    """``<t, J_g^T w>`` from each result vs ``<J_g t, w>`` by finite differences of ``g``, for
+    random directions t over (x, c) (``g``'s Jacobian is too large to build)."""
+    p64 = [fd.upcast(p) for p in primals]
+    g = eager_first_order(view, view.args64())
+    gen = ctx.generator("second-order directions")
+    directions = [random_like(gen, list(primals)) for _ in range(IDENTITY_DIRECTIONS)]
+    rhs = []
+    for t in directions:
+        jt = attempt(
+            f"{CUSTOM_FD_SECOND_ORDER} (reference)",
+            fd.directional,
+            g,
+            p64,
+            t,
+            step=ctx.entry.tolerances.fd_step,
+        )
+        rhs.append(fd.dot(jt, list(w)))
+    columns = sum(p.numel() for p in p64)
+    for label, actual in results:
+        _identity_problems(label, findings, list(actual), directions, rhs, columns)
+
+
 def run_vjp_of_vjp(ctx: CaseContext) -> str:
     view, xs, cots, names = _second_order_setup(ctx)
     entry = ctx.entry
@@ -235,9 +328,23 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
     w = random_like(ctx.generator("outer cotangents"), xs)
     primals = [*xs, *cots]
     custom = is_custom(entry)
+    reads = backward_reads(view) if custom else None
     ref_name = SECOND_ORDER_REFERENCE
-    if custom:
-        # gradient=custom: plain eager autograd's double backward of the same Function.
+    expected: list[torch.Tensor] | None
+    if reads is not None:
+        ctx.notes.append(custom_reference_note("vjp_of_vjp", reads))
+    if reads is None or reads.inputs_only:  # finite differences: of the function called
+        same_function(ctx, view, "vjp_of_vjp")
+        findings = Findings.derived(ctx, view)
+    if reads is not None and reads.inputs_only:
+        # gradient=custom, backward a function of the inputs alone: the derivative of the
+        # gradient users get, J_g^T w, by finite differences of g (g is no gradient, so its
+        # Jacobian is not symmetric: no directional shortcut).
+        ref_name = CUSTOM_FD_SECOND_ORDER
+        expected = custom_fd_transpose(ctx, view, primals, w)
+    elif reads is not None:
+        # gradient=custom, backward reads saved outputs or intermediates: plain eager
+        # autograd's double backward of the same Function.
         ref_name = EAGER_DOUBLE_BACKWARD
         expected = list(
             attempt(f"{EAGER_DOUBLE_BACKWARD} (reference)", eager_double_backward, view, primals, w)
@@ -280,7 +387,7 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
     )
     results.append((label, attempt(label, vjp2, tuple(w_in))))
     watch.verify(label, findings, "backward must leave its inputs and grad_output unchanged")
-    if not custom:
+    if ref_name != EAGER_DOUBLE_BACKWARD:
         # plain autograd: double backward with create_graph=True, also against FD
         label = (
             "vjp_of_vjp (torch.autograd.grad with create_graph=True, the Function's double "
@@ -288,16 +395,23 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
         )
         results.append((label, attempt(label, eager_double_backward, view, primals, w)))
 
-    for label, actual in results:
-        for nm, a, e in zip(names, actual, expected):
-            findings.compare(f"{label}: d<vjp, w>/d {nm} vs {ref_name} (reference)", a, e)
+    if expected is None:
+        _custom_fd_directions(ctx, view, findings, results, primals, w)
+    else:
+        for label, actual in results:
+            for nm, a, e in zip(names, actual, expected):
+                findings.compare(f"{label}: d<vjp, w>/d {nm} vs {ref_name} (reference)", a, e)
     hint = ""
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
             _follows(findings, "vjp_of_vjp", case)
         else:
-            hint = _second_order_hint(entry, results[0][1], expected)
+            hint = _second_order_hint(entry, results[0][1], expected or [])
+            if not custom:
+                findings.hint(nondiff_saved_hint(view))
+        if reads is not None:
+            findings.hint(custom_reference_note("vjp_of_vjp", reads))
     findings.raise_if_any(hint)
     return ref_name
 
@@ -316,7 +430,11 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
     g = first_order_vjp(view, view.args)
     _, actual = attempt(label, torch.func.jvp, g, tuple(primals), tuple(tangents))
     watch.verify(label, findings, "inputs, cotangents and tangents must be left unchanged")
-    if is_custom(entry):
+    custom = is_custom(entry)
+    reads = backward_reads(view) if custom else None
+    if reads is not None:
+        ctx.notes.append(custom_reference_note("jvp_of_vjp", reads))
+    if reads is not None and not reads.inputs_only:
         by_name: dict[str, Findings] = {}
         for ref_name, reference in (
             (EAGER_DOUBLE_BACKWARD, eager_double_backward_jvp),
@@ -337,12 +455,20 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
             why={},
             neither=(
                 "gradient=custom: torch.func's forward-over-reverse matches neither eager "
-                "autograd's double backward nor eager forward-over-reverse of the same Function"
+                "autograd's double backward nor eager forward-over-reverse of the same Function "
+                f"({custom_reference_note('jvp_of_vjp', reads)})"
             ),
         )
+    # derivative entries, and custom ones whose backward reads only saved inputs: the
+    # derivative of g(x, c) = backward(x)(c) along the tangents, by finite differences
+    same_function(ctx, view, "jvp_of_vjp")
+    findings = Findings.derived(ctx, view)
+    watch.verify(label, findings, "inputs, cotangents and tangents must be left unchanged")
+    ref_name = CUSTOM_FD_SECOND_ORDER if custom else SECOND_ORDER_REFERENCE
     args64 = view.args64()
     expected = attempt(
-        "finite differences of the eager vjp (reference)",
+        f"{'finite differences of the eager vjp' if not custom else CUSTOM_FD_SECOND_ORDER} "
+        "(reference)",
         fd.directional,
         eager_first_order(view, args64),
         [fd.upcast(p) for p in primals],
@@ -351,16 +477,20 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
     )
     for i, a, e in zip(view.diff, actual, expected):
         findings.compare(
-            f"{label}: tangent of the grad of input {i} vs {SECOND_ORDER_REFERENCE} (reference)",
+            f"{label}: tangent of the grad of input {i} vs {ref_name} (reference)",
             a,
             e,
         )
     hint = ""
     if findings.problems:
-        case = first_order_failure(ctx, view, cots)
+        case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
             _follows(findings, "jvp_of_vjp", case)
         else:
             hint = _second_order_hint(entry, actual, expected)
+            if not custom:
+                findings.hint(nondiff_saved_hint(view))
+        if reads is not None:
+            findings.hint(custom_reference_note("jvp_of_vjp", reads))
     findings.raise_if_any(hint)
-    return SECOND_ORDER_REFERENCE
+    return ref_name

@@ -28,6 +28,7 @@ from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from harness.plans.plan import (
     ArgLayout,
+    HazardPlan,
     Plan,
     chunked_plans,
     hazard_plans,
@@ -140,6 +141,23 @@ def _diagnose(actual: Any, expected: Any, plan: Plan, out_dim: Any) -> str:
     return ""
 
 
+def _unbatched_hazard_hint(ctx: CaseContext, plan: Plan) -> str:
+    """A hazard plan that leaves an argument with a dim of the batch size unbatched: a rule
+    that decides by size whether an argument is batched takes it for a batched one."""
+    if not isinstance(plan, HazardPlan):
+        return ""
+    in_dims = plan.levels[0].in_dims
+    for i, a in enumerate(ctx.sample.args):
+        if isinstance(a, torch.Tensor) and in_dims[i] is None and plan.hazard in a.shape:
+            return (
+                f"argument {i} is unbatched here and has a dim of size {plan.hazard}, the batch "
+                "size: a rule that decides by size whether an argument is batched "
+                "(x.shape[-1] == info.batch_size) takes it for a batched one; read in_dims "
+                "(None: unbatched) instead"
+            )
+    return ""
+
+
 def inputs_snapshot(args: Sequence[Any], skip: Sequence[int]) -> list[tuple[int, torch.Tensor]]:
     return [
         (i, a.detach().clone())
@@ -241,6 +259,7 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
         level_out = out_dims[0]
         out_dim = level_out[k] if isinstance(level_out, tuple) else level_out
         hint = _diagnose(actual[k] if k < len(actual) else None, expected[k], plan, out_dim)
+        hint = hint or _unbatched_hazard_hint(ctx, plan)
         raise CheckFailure("; ".join(problems) + (f" -- {hint}" if hint else ""))
     return "loop over slices"
 

@@ -19,6 +19,7 @@ from typing import Any
 from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
 from harness.cli.run import closing_lines, execute, run_status, worker_count
 from harness.cli.selection import add_selection_options, apply_last_failed, last_failed_note
+from harness.core.errors import UsageError
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
 from harness.core.textsafe import visible
@@ -83,6 +84,12 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
         "--no-double-backward",
         action="store_true",
         help="backward is not differentiable (skip second-order checks)",
+    )
+    p.add_argument(
+        "--dtypes",
+        metavar="LIST",
+        help="the dtypes the Function supports, e.g. float64 (a float64-only Function: no "
+        "float32 leg for its float64 samples) or float32,float64",
     )
     p.add_argument("--name", help="entry name in case ids (default: the class name)")
     p.add_argument(
@@ -171,6 +178,15 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
         caps["randomness"] = True
     if args.no_double_backward:
         caps["double_backward"] = False
+    if getattr(args, "dtypes", None):
+        from harness.entries import declared_dtypes
+
+        names = tuple(n.strip() for n in args.dtypes.split(",") if n.strip())
+        try:
+            declared_dtypes(names)
+        except UsageError as e:
+            raise CliError(f"--dtypes {args.dtypes}: {e}") from None
+        caps["dtypes"] = names
     return TargetSpec(
         target,
         args.samples,

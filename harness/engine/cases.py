@@ -23,6 +23,7 @@ from harness.checks.catalogue import (
     get_check,
 )
 from harness.checks.compare import nonfinite_outputs
+from harness.checks.dtype_leg import dtype_legs
 from harness.core.locations import describe_exception
 from harness.core.options import Options, dtype_name, sample_dtype_name
 from harness.core.results import (
@@ -163,7 +164,9 @@ def enumerate_cases(data: EntryData) -> list[Case]:
             samples = data.base_samples()
             layouts = [ArgLayout.of(sample, entry.linked_args) for sample in samples]
         for i, (sample, layout) in enumerate(zip(samples, layouts)):
-            for plan in _plans(spec, layout, options):
+            plans: list[Plan | None] = list(_plans(spec, layout, options))
+            plans += dtype_legs(check, entry, sample, options)
+            for plan in plans:
                 cases.append(
                     Case(
                         case_id(entry.name, check, i, plan), entry.name, check, i, sample.name, plan

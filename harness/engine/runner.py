@@ -62,6 +62,7 @@ from harness.engine.isolation import (
     time_limit,
     watch_user_interrupt,
 )
+from harness.plans.plan import DtypeLeg
 
 
 def _raised(case: Case, e: BaseException) -> tuple[str, str]:
@@ -108,9 +109,12 @@ def run_case(
     """
     options = data.options
     spec = get_check(case.check)
-    result = case_record(
-        case, PASS, reference=spec.reference, dtype=options_dtype(options, _sample_of(data, case))
+    dtype = (
+        case.plan.dtype
+        if isinstance(case.plan, DtypeLeg)
+        else options_dtype(options, _sample_of(data, case))
     )
+    result = case_record(case, PASS, reference=spec.reference, dtype=dtype)
     if case.unsupported:
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result

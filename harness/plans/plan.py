@@ -22,7 +22,8 @@ one unit); each takes one of ``None``, ``0``, an interior position and ``-1``
   one-level rows of every level zipped together ("pairwise per level"), with
   different batch sizes per level (2 outside, 3 inside by default).
 * chunked: batch size 3 in chunks of 2, so the rule sees batch sizes 2 and 1.
-* the hazard probe (opt-in): batch sizes equal to the sample's own dim sizes.
+* the hazard probe (opt-in): batch sizes equal to the sample's own dim sizes, every leaf
+  batched, then each leaf with a dim of that size left unbatched.
 """
 
 from __future__ import annotations
@@ -149,6 +150,9 @@ class ArgLayout:
     trees: tuple[Any, ...] = ()
     #: Distinct dim sizes of the sample's tensors (for the hazard probe).
     sizes: tuple[int, ...] = ()
+    #: (address, shape) of every tensor leaf (the hazard probe leaves a leaf unbatched
+    #: where one of its dims equals the batch size).
+    shapes: tuple[tuple[Address, tuple[int, ...]], ...] = ()
 
     @classmethod
     def of(cls, sample: Sample, linked: tuple[tuple[int, ...], ...] = ()) -> ArgLayout:
@@ -157,7 +161,13 @@ class ArgLayout:
         layout = cls(ranks, (), trees)
         has_tensor = {a[0] for a in layout.addresses()}
         linked = tuple(tuple(i for i in g if i in has_tensor) for g in linked)
-        return cls(ranks, tuple(g for g in linked if g), trees, sample_sizes(sample))
+        shapes = tuple(
+            ((i, *keys), tuple(t.shape))
+            for i, a in enumerate(sample.args)
+            for keys, t in leaves(a)
+            if isinstance(t, torch.Tensor)
+        )
+        return cls(ranks, tuple(g for g in linked if g), trees, sample_sizes(sample), shapes)
 
     def _tree(self, i: int) -> Any:
         return self.trees[i] if i < len(self.trees) else None
@@ -461,9 +471,14 @@ def sample_sizes(sample: Sample) -> tuple[int, ...]:
 def hazard_plans(layout: ArgLayout, sizes: Sequence[int]) -> list[Plan]:
     """For each distinct sample size >= 2 (up to a few), one level at that batch size with every
     leaf at an interior dim, then at the last dim: a rule that finds the batch dim by its size
-    (``list(x.shape).index(info.batch_size)``) then picks a sample dim instead."""
-    if not layout.units():
+    (``list(x.shape).index(info.batch_size)``) then picks a sample dim instead. Then, for
+    each unit with a dim of that size (when there are several units), that unit unbatched and
+    the others at 0: a rule that decides *whether* an argument is batched by its size
+    (``x.shape[-1] == info.batch_size``) then takes the unbatched one for a batched one."""
+    units = layout.units()
+    if not units:
         return []
+    shapes = dict(layout.shapes)
     plans: list[Plan] = []
     seen: set[str] = set()
     for n in [s for s in sizes if s >= 2][:HAZARD_SIZES_MAX]:
@@ -471,9 +486,31 @@ def hazard_plans(layout: ArgLayout, sizes: Sequence[int]) -> list[Plan]:
         for a in layout.addresses():
             opts = dim_choices(layout.rank(a))
             mid[a] = opts[1] if len(opts) == 3 else opts[-1]
-        for assignment in (mid, layout.uniform(-1)):
+        assignments = [mid, layout.uniform(-1)]
+        if len(units) > 1:
+            for unit in units:
+                if any(n in shapes.get(a, ()) for a in unit):
+                    assignments.append({a: (None if a in unit else 0) for a in layout.addresses()})
+        for assignment in assignments:
             plan = HazardPlan((LevelPlan(n, layout.in_dims(assignment)),), "hazard", n)
             if plan.id not in seen:
                 seen.add(plan.id)
                 plans.append(plan)
     return plans
+
+
+# --- the dtype leg ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DtypeLeg(Plan):
+    """Not a vmap plan: the case runs its check with the sample's floating tensors cast to
+    ``dtype`` (the float32 leg of a float64 sample); the id says ``dtype=float32``."""
+
+    dtype: str = "float32"
+
+    def _make_id(self) -> str:
+        return f"dtype={self.dtype}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "strategy": self.strategy, "levels": [], "dtype": self.dtype}

@@ -146,6 +146,12 @@ class SliceSource:
     def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return tuple(_fresh(a) for a in self._raw(path))
 
+    def base_args(self, index: int) -> tuple[Any, ...]:
+        """Fresh copies of the base arguments of the entry's sample ``index`` (another sample
+        of the same entry: the findings reported once per entry look at earlier samples)."""
+        samples = list(self._draw(sample_seed(*self._seed_parts, "slice", ())))
+        return tuple(_fresh(a) for a in samples[index].args)
+
     #: The cached arguments at a path themselves, for a caller that only reads them and
     #: never hands them out (the batching helpers copy what they pass on).
     peek = _raw

@@ -221,7 +221,10 @@ def generate(
 ) -> str:
     """The text of a standalone script that reproduces ``case``."""
 
-    rtol, atol = entry.tolerances.for_dtype(options.dtype or torch.float64)
+    leg = getattr(case.plan, "dtype", None) if case.plan is not None else None
+    rtol, atol = entry.tolerances.for_dtype(
+        getattr(torch, leg) if leg else (options.dtype or torch.float64)
+    )
     # The plan's own in_dims (tuples stay tuples, dicts dicts: vmap matches pytree types).
     levels = [
         {
@@ -277,6 +280,8 @@ GRADIENT = {_literal(str(entry.gradient))}
 #: One dict per vmap level, outermost first: batch size, in_dims per argument,
 #: out_dims ("mid": an interior position per output) and chunk_size.
 LEVELS = {_literal(levels)}
+#: A dtype leg ("float32"): the float64 sample cast to it, against the float64 reference.
+LEG_DTYPE = {_literal(leg)}
 """
     loader = _user_loader(target, entry) if target is not None else _DB_LOADER
     body = VMAP if case.check in VMAP_CHECKS else AUTODIFF + EAGER

@@ -450,6 +450,19 @@ def main():
     xs = [args[i] for i in idx]
     f = restricted(args, idx)
     print("inputs: " + ", ".join(f"{tuple(a.shape)}" if isinstance(a, torch.Tensor) else repr(a) for a in args))
+    if LEG_DTYPE is not None and CHECK in ("jvp", "vjp"):
+        # the sample rounded to the leg's dtype; the Function runs there, the reference in float64
+        low = getattr(torch, LEG_DTYPE)
+        xs = [x.to(low).double() for x in xs]
+        f64 = restricted(tuple(xs[idx.index(i)] if i in idx else a for i, a in enumerate(args)), idx)
+
+        def f_low(*ys):
+            return tuple(o.double() for o in f64(*(y.to(low) for y in ys)))
+
+        print(f"dtype leg: the Function at {LEG_DTYPE}, the reference at float64")
+        if GRADIENT == "custom":
+            return check_against(f_low, xs, CHECK, backward_jacobian(f64, xs))
+        return check_against(f_low, xs, CHECK, fd_jacobian(f64, xs))
     if CHECK in ("jvp", "vjp", "jacrev", "jacfwd"):
         return check_function(f, xs, CHECK)
     if CHECK in ("jvp_of_vjp", "vjp_of_vjp"):
