@@ -8,6 +8,11 @@
                                          (-- --strict: fail when it regressed vs the baseline)
     nox -s baseline                      regenerate reports/baseline/torch-2.13.0-cpu.json
     nox -s regression                    2.13.0 vs 2.14.1 -> reports/regression-torch-2.13.0-vs-2.14.1.md
+    nox -s matrix_run                    the database on every torch in MATRIX_VERSIONS (one venv
+                                         each), then matrix_report: the regression matrix ->
+                                         reports/regression-matrix.md/.html and the 2.13.0 vs
+                                         2.14.1 diff (-- --allow-fail: keep a run that exits 1)
+    nox -s matrix_report                 only the matrix and the diff, of the JSONs in out/matrix/
     nox -s "wheel(torch='2.14.1')"       the built wheel alone: the main job exits 0 from an empty dir
 
 torch 2.13.0 is installed through ``-c constraints.txt`` (the CPU wheel on this machine
@@ -29,6 +34,12 @@ nox.options.reuse_venv = "yes"
 
 BASELINE_TORCH = "2.13.0"
 TORCH_VERSIONS = (BASELINE_TORCH, "2.14.1")
+#: The regression matrix's columns, oldest first. 2.12.1 comes from PyPI (a CUDA build with
+#: its nvidia-* wheels, about 5 GB); it is older than the suite's declared floor (torch>=2.13),
+#: so the suite goes in with --no-deps there (see ``install``).
+MATRIX_VERSIONS = ("2.12.1", BASELINE_TORCH, "2.14.1")
+#: The oldest torch the suite declares (pyproject.toml); older ones are measured all the same.
+TORCH_FLOOR = (2, 13)
 DEVICE = "cpu"
 OUT = Path("out")
 BASELINE_DIR = Path("reports/baseline")
@@ -42,6 +53,12 @@ def install(session: nox.Session, torch: str, *extras: str) -> None:
     project = f".[{','.join(extras)}]" if extras else "."
     if torch == BASELINE_TORCH:
         session.install("-c", "constraints.txt", "-e", project)
+    elif tuple(int(p) for p in torch.split(".")[:2]) < TORCH_FLOOR:
+        # pip refuses the project's torch>=2.13 with an older torch: the other dependencies
+        # first, then the suite without them, so the run shows what that torch does.
+        session.log(f"torch {torch} is older than the declared floor: suite installed --no-deps")
+        session.install(f"torch=={torch}", *_other_dependencies())
+        session.install("--no-deps", "-e", project)
     else:
         session.install(f"torch=={torch}", "-e", project)
     session.run(
@@ -49,6 +66,16 @@ def install(session: nox.Session, torch: str, *extras: str) -> None:
         "-c",
         "import torch; print('torch', torch.__version__, torch.version.git_version)",
     )
+
+
+def _other_dependencies() -> list[str]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: nox brings tomli
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    deps = tomllib.loads(Path("pyproject.toml").read_text())["project"]["dependencies"]
+    return [d for d in deps if not d.replace(" ", "").startswith("torch")]
 
 
 def run_suite(session: nox.Session, outdir: Path, name: str, *, all_formats: bool = True) -> Path:
@@ -175,3 +202,76 @@ def wheel(session: nox.Session, torch: str) -> None:
         )
         session.run("afdb", "run", "--device", DEVICE, "-q", "--json", "afdb.json")
         session.run("afdb", "run", "--source", "pytorch", "--device", DEVICE, "-q")
+
+
+MATRIX_OUT = OUT / "matrix"
+
+
+@nox.session
+@nox.parametrize("torch", MATRIX_VERSIONS)
+def matrix_run(session: nox.Session, torch: str) -> None:
+    """The database on one torch of the matrix (its own venv), as the matrix's column:
+    ``afdb run -n 2 -q --json out/matrix/torch-V-cpu.json``. Each column must exit 0 (its
+    expectations' "torch" conditions decide); ``-- --allow-fail`` keeps a run that exits 1.
+    Then ``matrix_report`` (notified: it runs once, after every column)."""
+    install(session, torch)
+    MATRIX_OUT.mkdir(parents=True, exist_ok=True)
+    report = MATRIX_OUT / f"{report_name(torch)}.json"
+    session.run(
+        "afdb",
+        "run",
+        "--device",
+        DEVICE,
+        "-n",
+        "2",
+        "-q",
+        "--json",
+        str(report),
+        success_codes=[0, 1] if "--allow-fail" in session.posargs else [0],
+    )
+    session.notify("matrix_report")
+
+
+@nox.session
+def matrix_report(session: nox.Session) -> None:
+    """The matrix of the columns in out/matrix/ (oldest torch first) -> reports/regression-
+    matrix.md and .html (JSON in out/matrix/), and the committed 2.13.0 vs 2.14.1 diff."""
+    install(session, BASELINE_TORCH)
+    reports = [MATRIX_OUT / f"{report_name(v)}.json" for v in MATRIX_VERSIONS]
+    missing = [str(r) for r in reports if not r.exists()]
+    if missing:
+        session.error(f"no column report {', '.join(missing)}: run `nox -s matrix_run` first")
+    title = f"Regression matrix: torch {', '.join(MATRIX_VERSIONS)} ({DEVICE})"
+    session.run(
+        "afdb",
+        "matrix",
+        *map(str, reports),
+        "--markdown",
+        "reports/regression-matrix.md",
+        "--html",
+        "reports/regression-matrix.html",
+        "--json",
+        str(MATRIX_OUT / "regression-matrix.json"),
+        "--title",
+        title,
+        "-q",
+    )
+    old, new = TORCH_VERSIONS
+    target = Path("reports") / f"regression-torch-{old}-vs-{new}.md"
+    session.run(
+        "afdb",
+        "diff",
+        str(MATRIX_OUT / f"{report_name(old)}.json"),
+        str(MATRIX_OUT / f"{report_name(new)}.json"),
+        "--markdown",
+        str(target),
+        "--json",
+        str(MATRIX_OUT / f"regression-torch-{old}-vs-{new}.json"),
+        "--title",
+        f"Regression report: torch {old} vs {new} ({DEVICE})",
+        "-q",
+        success_codes=[0, 1],
+    )
+    session.log(
+        "wrote reports/regression-matrix.md, reports/regression-matrix.html, " + str(target)
+    )

@@ -1,4 +1,5 @@
-"""``afdb report`` (render an existing JSON report) and ``afdb diff`` (regression diff).
+"""``afdb report`` (render an existing JSON report) and ``afdb diff`` (regression diff) and
+``afdb matrix`` (many reports side by side).
 
 Both read reports through ``harness.core.schema``: a file that is not a valid
 ``afdb-report/1`` report is refused with the path of the offending field.
@@ -38,6 +39,22 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--title", help="heading of the Markdown diff")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
     p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser(
+        "matrix",
+        help="regression matrix of two or more JSON reports (a column per run)",
+        description="Put reports side by side (say, one per torch version): one table with a "
+        "column per run, labelled with its torch version and device, and a row per root cause "
+        "of the cases whose status differs between runs, worst first. Without an output "
+        "option, print it to the terminal. Exit status 0 once written, whatever it shows.",
+    )
+    p.add_argument("reports", metavar="REPORT.json", nargs="+")
+    p.add_argument("--markdown", help="write the matrix as Markdown here ('-' for stdout)")
+    p.add_argument("--html", help="write the matrix as HTML here")
+    p.add_argument("--json", help="write the matrix as JSON here")
+    p.add_argument("--title", help="heading of the Markdown and HTML matrix")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
+    p.set_defaults(func=cmd_matrix)
 
 
 def _check_writable(
@@ -160,3 +177,48 @@ def cmd_diff(args: argparse.Namespace) -> int:
             "now; the Markdown diff (--markdown FILE) gives the reproduce command of each root cause"
         )
     return 1 if d.has_regressions else 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from harness.core.errors import UsageError
+    from harness.core.schema import read_json
+    from harness.core.textsafe import visible
+    from harness.reports import matrix
+
+    if len(args.reports) < 2:
+        raise UsageError("matrix: give two or more reports (REPORT.json REPORT.json ...)")
+    m = matrix.matrix_reports([read_json(p) for p in args.reports], args.reports)
+    _check_writable(
+        args,
+        ("markdown", "html", "json"),
+        [(f"REPORT.json #{n}", p) for n, p in enumerate(args.reports, 1)],
+    )
+    for w in m.warnings:  # metadata of the reports: shown, never sent to the terminal
+        print(f"warning: {visible(w, keep_newlines=False)}", file=sys.stderr)
+    failed: list[str] = []
+    written: list[str] = []
+    if args.markdown:
+        _attempt(
+            failed,
+            "markdown",
+            args.markdown,
+            lambda: _emit(matrix.to_markdown(m, title=args.title), args.markdown),
+            written,
+        )
+    if args.html:
+        _attempt(
+            failed,
+            "html",
+            args.html,
+            lambda: _emit(matrix.to_html(m, title=args.title), args.html),
+            written,
+        )
+    if args.json:
+        _attempt(failed, "json", args.json, lambda: _emit(matrix.to_json(m), args.json), written)
+    if args.quiet:
+        print(visible(m.summary_line(), keep_newlines=False))
+    elif args.markdown != "-":
+        sys.stdout.write(matrix.to_text(m))
+    if not args.quiet:
+        _say_written(args, written)
+    return _report_failures("matrix", failed)
