@@ -90,10 +90,11 @@ def blamed(exc: BaseException, where: str) -> tuple[str, str]:
 
     blame = classify(exc)
     if isinstance(exc, FunctionRaised):  # the sub-check it raised in, then what it raised
-        label = exc.label
-        step = label[len(where) :].strip() if label.startswith(where) else label
-        if step:
-            where = f"{where} {step}" if label.startswith(where) else f"{where}, {step}"
+        label = exc.label  # "jvp: all inputs (torch.func.jvp)": it names the check itself
+        if label.startswith(where):
+            where = label
+        elif label:
+            where = f"{where}, {label}"
     if blame.internal:
         return "internal", internal_message(blame.where, f"{where}: {describe_exception(exc)}")
     return "error", f"{where}: the Function raised {describe_exception(exc)}"
