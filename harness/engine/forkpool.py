@@ -41,6 +41,8 @@ RunOne = Callable[[int], CaseResult]
 OnDeath = Callable[[int, str], CaseResult]
 #: The record of case ``i`` that could not run at all (``why``: one phrase).
 NotRun = Callable[[int, str], CaseResult]
+#: The record of case ``i`` when it need not run (its check timed out twice), else None.
+Skip = Callable[[int], CaseResult | None]
 
 #: Workers that may die in a row without finishing a case before the rest is given up.
 FRUITLESS_LIMIT = 3
@@ -157,8 +159,10 @@ class ForkPool:
         *,
         watchdog_s: float | None = None,
         backstop_s: float | None = None,
+        skip: Skip | None = None,
     ) -> None:
         self.count = count
+        self.skip = skip
         self.workers = max(1, min(workers, count))
         self.run_one = run_one
         self.on_death = on_death
@@ -217,6 +221,12 @@ class ForkPool:
         self.selector.register(res_r, selectors.EVENT_READ, worker)
         return worker
 
+    def _start(self, home: int | None = None) -> None:
+        """A fresh worker with its first batch (none when every case left was skipped)."""
+        worker = self._spawn(home)
+        if not self._send(worker):
+            self._retire(worker, kill=False)
+
     def _send(self, worker: _Worker) -> bool:
         """Give ``worker`` its next batch (consecutive cases); False when nothing is left.
 
@@ -226,19 +236,43 @@ class ForkPool:
         its region is done it takes from the back of the fullest one, whose owner
         goes on at the front.
         """
-        remaining = self.pending
-        if not remaining:
-            return False
-        n = _batch_size(remaining, self.workers)
-        own = self.regions[worker.home]
-        if own:
-            worker.batch = _take_run(own, n, from_back=False)
-        else:
-            worker.batch = _take_run(self.regions[self._fullest()], n, from_back=True)
+        while True:
+            remaining = self.pending
+            if not remaining:
+                return False
+            n = _batch_size(remaining, self.workers)
+            own = self.regions[worker.home]
+            region = own if own else self.regions[self._fullest()]
+            batch = _take_run(region, n, from_back=not own)
+            kept = self._not_skipped(batch)
+            if not kept:
+                continue
+            run = 1  # the first consecutive run goes; the rest back where it came from
+            while run < len(kept) and kept[run] == kept[0] + run:
+                run += 1
+            if own:
+                region[:0] = kept[run:]
+            else:
+                region.extend(kept[run:])
+            worker.batch = kept[:run]
+            break
         first, end = worker.batch[0], worker.batch[-1] + 1
         with contextlib.suppress(OSError):  # a dead worker: its end of file says so next
             os.write(worker.to_worker, f"{first} {end}\n".encode())
         return True
+
+    def _not_skipped(self, batch: list[int]) -> list[int]:
+        """``batch`` less the cases ``skip`` gives a record for (recorded here, not run)."""
+        if self.skip is None:
+            return batch
+        kept = []
+        for i in batch:
+            record = self.skip(i)
+            if record is None:
+                kept.append(i)
+            else:
+                self.done[i] = record
+        return kept
 
     def _retire(self, worker: _Worker, *, kill: bool) -> None:
         self.selector.unregister(worker.from_worker)
@@ -302,7 +336,7 @@ class ForkPool:
         try:
             for home in range(self.workers):
                 if self.regions[home]:
-                    self._send(self._spawn(home))
+                    self._start(home)
             while self.live:
                 for key, _ in self.selector.select(timeout=1.0):
                     worker: _Worker = key.data
@@ -313,7 +347,7 @@ class ForkPool:
                     if not chunk:
                         self._died(worker)
                         if self.pending:
-                            self._send(self._spawn(worker.home))
+                            self._start(worker.home)
                         continue
                     worker.buffer += chunk
                     while b"\n" in worker.buffer and worker.from_worker in self.live:
@@ -321,7 +355,7 @@ class ForkPool:
                         self._handle(worker, line)
                 self._enforce_backstop()
                 if not self.live and self.pending:
-                    self._send(self._spawn())
+                    self._start()
             return self.done
         finally:
             for worker in list(self.live.values()):
@@ -339,7 +373,7 @@ class ForkPool:
             if worker.current is not None and now - worker.started > self.backstop_s:
                 self._died(worker, faults="Timeout (controller backstop)")
                 if self.pending:
-                    self._send(self._spawn(worker.home))
+                    self._start(worker.home)
 
 
 def run_forked(
@@ -351,8 +385,14 @@ def run_forked(
     *,
     watchdog_s: float | None = None,
     collect: dict[int, CaseResult] | None = None,
+    skip: Skip | None = None,
+    prepare: Callable[[str], None] | None = None,
 ) -> dict[int, CaseResult]:
-    """Run cases ``0 .. count-1`` in forked workers (see the module docstring)."""
+    """Run cases ``0 .. count-1`` in forked workers (see the module docstring).
+
+    ``skip``: consulted before a case is sent; ``prepare``: called with the pool's
+    temporary folder before the first worker is forked (files the workers share).
+    """
     pool = ForkPool(
         count,
         workers,
@@ -361,8 +401,11 @@ def run_forked(
         not_run,
         watchdog_s=watchdog_s,
         backstop_s=(watchdog_s + 30.0) if watchdog_s else None,
+        skip=skip,
     )
     try:
+        if prepare is not None:
+            prepare(pool.folder)
         return pool.run()
     finally:
         if collect is not None:

@@ -43,8 +43,15 @@ import pytest
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem, report, sched):
     """A worker died running ``crashitem``: note it for harness.engine.parallel."""
-    with open(os.path.join(os.environ["AFDB_RESULTS_DIR"], "crashed.jsonl"), "a") as f:
+    folder = os.environ["AFDB_RESULTS_DIR"]
+    with open(os.path.join(folder, "crashed.jsonl"), "a") as f:
         f.write(json.dumps({"nodeid": crashitem}) + "\\n")
+    # A worker the native-hang watchdog killed: its case timed out (counted for the rest of
+    # its check). harness.engine.timeouts imports no torch.
+    from harness.engine.timeouts import note_crashed_timeout
+
+    start, end = crashitem.find("["), crashitem.rfind("]")
+    note_crashed_timeout(folder, crashitem[start + 1 : end] if 0 <= start < end else crashitem)
 '''
 
 
@@ -363,15 +370,30 @@ def _run_forked(
     """The cases in workers forked from this process (see harness.engine.forkpool)."""
     from harness.engine import forkpool
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
-    from harness.engine.runner import run_case
+    from harness.engine.runner import run_case, timed_out_twice
+    from harness.engine.timeouts import TimeoutLedger
 
-    def run_one(i: int) -> CaseResult:
+    # Shared through a file in the pool's folder: a worker counts its own timeouts, the
+    # controller those of workers the native-hang watchdog killed; both read all of them.
+    ledger = TimeoutLedger()
+
+    def run_one(i: int) -> CaseResult:  # in a worker
         case = cases[i]
-        return run_case(datas[case.entry], case, target=target, watch_between=True)
+        data = datas[case.entry]
+        r = timed_out_twice(data, case, ledger, target) or run_case(
+            data, case, target=target, watch_between=True
+        )
+        ledger.note(r)
+        return r
+
+    def skip(i: int) -> CaseResult | None:  # in the controller, before a case is sent
+        case = cases[i]
+        return timed_out_twice(datas[case.entry], case, ledger, target)
 
     def on_death(i: int, faults: str) -> CaseResult:
         r = death_record(cases[i], faults, options)
         r.repro = repro_command_for(cases[i], options, target)
+        ledger.note(r)
         return r
 
     def not_run(i: int, why: str) -> CaseResult:
@@ -391,6 +413,8 @@ def _run_forked(
             not_run,
             watchdog_s=limit + forkpool.watchdog_grace(limit),
             collect=by_index,
+            skip=skip,
+            prepare=ledger.attach,
         )
     finally:
         for i, r in by_index.items():

@@ -1,7 +1,7 @@
 """Failures grouped by root cause, so a bug hit by 25 plans reads as one problem, not 25.
 
 Two cases share a root cause when they belong to the same entry, have the same status,
-and their messages are the same once the plan (``in_dims=(0,1),B=4`` and the rule's
+and (timeouts: belong to the same check) their messages are the same once the plan (``in_dims=(0,1),B=4`` and the rule's
 ``in_dims=(0, 1)``), the case's own id and check name, and every number (sizes, shapes,
 line numbers, errors) are taken out. The checks stay listed per group: one wrong
 ``out_dims`` shows in ``vmap`` and in ``vmap_nested`` alike, but their messages say
@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.core.results import BAD_STATUSES, CaseResult, internal_first
+from harness.core.results import BAD_STATUSES, TIMEOUT, CaseResult, internal_first
 from harness.core.textsafe import visible
 
 #: Plan text inside a message: ``in_dims=(0, None)``, ``out_dims=-1``, ``B=4``, ``chunk=3``...
@@ -30,7 +30,14 @@ _SPACES = re.compile(r"\s+")
 
 
 def root_cause(case: CaseResult) -> str:
-    """The case's message with its plan, ids and numbers taken out."""
+    """The case's message with its plan, ids and numbers taken out.
+
+    A timeout's cause is its check: the message says where the case happened to be
+    stopped (the timer, the watchdog, a worker killed in some frame), not why it hangs,
+    so the timeouts of one (entry, check) are one group.
+    """
+    if case.status == TIMEOUT:
+        return f"timeout in {case.check}"
     text = case.message
     plan_id = str((case.plan or {}).get("id", ""))
     text = text.replace(case.id, "<case>")
