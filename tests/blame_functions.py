@@ -11,8 +11,9 @@ import time
 import torch
 
 from tests.hostile_functions import Double, samples
+from tests.hostile_state import Correct
 
-__all__ = ["samples"]
+__all__ = ["Correct", "samples"]
 
 
 def _ok(x, in_dims):
@@ -145,3 +146,27 @@ def long_samples(seed: int):
     """A sample with a dimension of 12,000: the hazard probe would batch it 12,000 times."""
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(12000, generator=gen),)]
+
+
+class EmptyOutput(torch.autograd.Function):
+    """x -> 2 * x[:0]: correct, and its outputs have no elements on any sample."""
+
+    @staticmethod
+    def forward(x):
+        return x[:0] * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.shape = inputs[0].shape
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.new_zeros(ctx.shape)
+
+    @staticmethod
+    def jvp(ctx, t):
+        return t[:0] * 2
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return x.movedim(in_dims[0], 0)[:, :0] * 2, 0

@@ -155,7 +155,7 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
 
 def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
     """The entry and options for a user target: samples validated, batch sizes chosen."""
-    from harness.entries import base_samples, choose_batch_sizes, slice_notes
+    from harness.entries import base_samples, choose_batch_sizes, samples_note, slice_notes
 
     entry = spec.make_entry()
     base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
@@ -166,7 +166,10 @@ def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
         fixed_nested=bool(spec.nested_batch_sizes),
     )
     note = slice_notes(entry, base_samples(entry, options))
-    return entry, (options.replace(slice_note=note) if note else options)
+    if note:
+        options = options.replace(slice_note=note)
+    capped = samples_note(entry)
+    return entry, (options.replace(samples_note=capped) if capped else options)
 
 
 def describe_function(entry: Any) -> str:
@@ -225,6 +228,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"batch sizes: {options.batch_size_note}")
         if options.slice_note:
             print(f"slices: {options.slice_note}")
+        if options.samples_note:
+            print(f"samples: {visible(options.samples_note, keep_newlines=False)}")
         n = worker_count(args)
         mode = (
             f"in {n} worker processes"

@@ -204,6 +204,8 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
         rows.append(("batch size note", str(md["batch_size_note"])))
     if md.get("slice_note"):
         rows.append(("identical slices", str(md["slice_note"])))
+    if md.get("samples_note"):
+        rows.append(("samples", str(md["samples_note"])))
     if md.get("expectations"):
         rows.append(("expectations", str(md["expectations"])))
     lines = ["| run | |", "|---|---|"]
