@@ -20,6 +20,7 @@ from harness.cli.common import CliError, add_common_options, check_output_paths,
 from harness.cli.run import execute, worker_count
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
+from harness.core.signals import deferred_signals
 from harness.core.textsafe import visible
 
 
@@ -238,16 +239,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         print(f"running the cases {mode}, timeout {options.timeout_s:g} s per case")
     accept_path = None
-    if args.accept:
-        accept_path = args.expectations
-        args.expectations = _skips_only(accept_path)
     try:
+        if args.accept:
+            accept_path = args.expectations
+            args.expectations = None
+            with deferred_signals():  # the temporary file is removed below once it exists
+                args.expectations = _skips_only(accept_path)
         result = execute(
             [entry], options, args, source="user", target=spec, summary=print_check_summary
         )
     finally:
         if accept_path is not None and args.expectations:
-            os.unlink(args.expectations)
+            with deferred_signals():
+                os.unlink(args.expectations)
     if accept_path is not None:
         from harness import expectations as ex
 

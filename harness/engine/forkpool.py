@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.core.results import CaseResult
+from harness.core.signals import deferred_signals
 
 #: Runs case ``i`` in a worker and returns its record (never raises for a Function's fault).
 RunOne = Callable[[int], CaseResult]
@@ -160,9 +161,11 @@ class ForkPool:
         watchdog_s: float | None = None,
         backstop_s: float | None = None,
         skip: Skip | None = None,
+        prepare: Callable[[str], None] | None = None,
     ) -> None:
         self.count = count
         self.skip = skip
+        self.prepare = prepare  # called with the temporary folder before the first fork
         self.workers = max(1, min(workers, count))
         self.run_one = run_one
         self.on_death = on_death
@@ -174,7 +177,7 @@ class ForkPool:
         self.regions = _regions(count, self.workers)
         self.done: dict[int, CaseResult] = {}
         self.live: dict[int, _Worker] = {}  # by read fd
-        self.folder = tempfile.mkdtemp(prefix="afdb-run-")
+        self.folder = ""  # made by run(), removed when it ends however it ends
         self.selector = selectors.DefaultSelector()
 
     # --- workers ---------------------------------------------------------------------
@@ -196,6 +199,14 @@ class ForkPool:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        # A signal between the fork and the worker's record would leave a worker no one stops.
+        with deferred_signals():
+            worker = self._fork(cmd_r, cmd_w, res_r, res_w, faults_path, home)
+        return worker
+
+    def _fork(
+        self, cmd_r: int, cmd_w: int, res_r: int, res_w: int, faults_path: str, home: int | None
+    ) -> _Worker:
         pid = os.fork()
         if pid == 0:  # the worker: never returns into the controller's code
             code = 0
@@ -334,6 +345,10 @@ class ForkPool:
         """Every case's record by index. On KeyboardInterrupt the workers are stopped and the
         records finished so far stay in ``self.done``; the interrupt is raised again."""
         try:
+            with deferred_signals():  # the folder is this run's once made: removed below
+                self.folder = tempfile.mkdtemp(prefix="afdb-run-")
+            if self.prepare is not None:
+                self.prepare(self.folder)
             for home in range(self.workers):
                 if self.regions[home]:
                     self._start(home)
@@ -358,12 +373,14 @@ class ForkPool:
                     self._start()
             return self.done
         finally:
-            for worker in list(self.live.values()):
-                self._retire(worker, kill=True)
-            self.selector.close()
-            import shutil
+            with deferred_signals():  # a second Ctrl-C waits until the workers are stopped
+                for worker in list(self.live.values()):
+                    self._retire(worker, kill=True)
+                self.selector.close()
+                if self.folder:
+                    import shutil
 
-            shutil.rmtree(self.folder, ignore_errors=True)
+                    shutil.rmtree(self.folder, ignore_errors=True)
 
     def _enforce_backstop(self) -> None:
         if not self.backstop_s:
@@ -402,10 +419,9 @@ def run_forked(
         watchdog_s=watchdog_s,
         backstop_s=(watchdog_s + 30.0) if watchdog_s else None,
         skip=skip,
+        prepare=prepare,
     )
     try:
-        if prepare is not None:
-            prepare(pool.folder)
         return pool.run()
     finally:
         if collect is not None:

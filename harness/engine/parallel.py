@@ -29,6 +29,7 @@ from harness.core.errors import UsageError
 from harness.core.options import Options
 from harness.core.paths import SUITE_ROOT
 from harness.core.results import CRASH, ERROR, TIMEOUT, CaseResult
+from harness.core.signals import deferred_signals
 
 _NODE_PARAM = re.compile(r"\[(.*)\]$")
 
@@ -248,19 +249,23 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
 
 def _run_pool(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run the pytest-xdist pool; on any interruption stop it and its workers, then re-raise."""
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=os.getcwd(),
-        start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool (and its workers)
-    )
+    proc: subprocess.Popen[str] | None = None
     try:
+        with deferred_signals():  # a signal right after the start still stops the pool
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=os.getcwd(),
+                start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool
+            )
         out, _ = proc.communicate()
     except BaseException:
-        _stop_group(proc)
+        if proc is not None:
+            with deferred_signals():
+                _stop_group(proc)
         raise
     return proc.returncode, out or ""
 
@@ -434,8 +439,10 @@ def _run_xdist(
     backend: dict[str, Any] | None = None,
 ) -> str:
     """The cases in fresh pytest-xdist interpreters; returns the pool's last output line."""
-    folder = tempfile.mkdtemp(prefix="afdb-run-")
+    folder = ""
     try:
+        with deferred_signals():  # once made, the folder is removed however the run ends
+            folder = tempfile.mkdtemp(prefix="afdb-run-")
         config = {
             "options": options.to_dict(),
             "source": source,
@@ -472,12 +479,14 @@ def _run_xdist(
         try:
             returncode, output = _run_pool(cmd, env)
         finally:  # also on Ctrl-C: the finished cases count
-            _collect_xdist(folder, cases, options, target, done)
+            with deferred_signals():
+                _collect_xdist(folder, cases, options, target, done)
         lines = [ln for ln in output.strip().splitlines() if ln.strip()]
         return f"pytest exit {returncode}: {lines[-1] if lines else 'no output'}"
     finally:
-        if not keep:
-            shutil.rmtree(folder, ignore_errors=True)
+        if folder and not keep:
+            with deferred_signals():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _collect_xdist(
