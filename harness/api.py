@@ -26,7 +26,13 @@ from harness.core.results import NOTHING_CHECKED_EXIT, CaseResult, RunResult
 from harness.engine.isolation import DEFAULT_TIMEOUT_S
 from harness.engine.metadata import run_metadata
 from harness.engine.runner import run_entries
-from harness.entries import base_samples, choose_batch_sizes, make_entry, slice_notes
+from harness.entries import (
+    base_samples,
+    choose_batch_sizes,
+    make_entry,
+    samples_note,
+    slice_notes,
+)
 
 #: ``prepare`` keywords that configure the run rather than describe the Function.
 RUN_OPTIONS = frozenset(
@@ -179,6 +185,9 @@ def prepare(
     note = slice_notes(entry, base_samples(entry, options))
     if note:
         options = options.replace(slice_note=note)
+    capped = samples_note(entry)
+    if capped:
+        options = options.replace(samples_note=capped)
     return entry, options
 
 

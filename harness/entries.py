@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -58,13 +59,34 @@ class SamplesError(UsageError):
     """The user's samples callable raised or returned something unusable."""
 
 
+#: Samples taken from a samples callable (or list) at most: a generator that yields forever
+#: is read this far, not until memory runs out; the report says when more were given.
+SAMPLES_MAX = 64
+
+
+class SampleCap:
+    """Whether a sample source gave more than ``SAMPLES_MAX`` samples (set as they are read)."""
+
+    def __init__(self) -> None:
+        self.capped = False
+
+    def note(self, what: str) -> str:
+        if not self.capped:
+            return ""
+        return (
+            f"{what} gave more than {SAMPLES_MAX} samples; the first {SAMPLES_MAX} are "
+            f"checked (the suite takes at most {SAMPLES_MAX}, so a generator that never ends "
+            "is not read without end)"
+        )
+
+
 def _describe_source(samples: Any) -> str:
     name = getattr(samples, "__qualname__", None) or getattr(samples, "__name__", None)
     module = getattr(samples, "__module__", None)
     return f"{module}.{name}" if module and name else repr(samples)
 
 
-def _as_samples(items: Any, source: Any = None) -> list[Sample]:
+def _as_samples(items: Any, source: Any = None, cap: SampleCap | None = None) -> list[Sample]:
     what = f"the samples callable {_describe_source(source)}" if source is not None else "samples"
     if items is None:
         raise SamplesError(
@@ -76,7 +98,11 @@ def _as_samples(items: Any, source: Any = None) -> list[Sample]:
             "or Sample objects, e.g. [(torch.randn(4, 5),)]"
         )
     out = []
-    for i, s in enumerate(items):
+    for i, s in enumerate(itertools.islice(items, SAMPLES_MAX + 1)):
+        if i == SAMPLES_MAX:
+            if cap is not None:
+                cap.capped = True
+            break
         if isinstance(s, Sample):
             out.append(s)
         elif isinstance(s, (tuple, list)):
@@ -88,10 +114,10 @@ def _as_samples(items: Any, source: Any = None) -> list[Sample]:
     return out
 
 
-def _call_samples(samples: Callable[..., Any], *args: Any) -> list[Sample]:
+def _call_samples(samples: Callable[..., Any], cap: SampleCap, *args: Any) -> list[Sample]:
     try:
         items = samples(*args)
-        return _as_samples(items, samples)
+        return _as_samples(items, samples, cap)
     except SamplesError:
         raise
     except Exception as e:
@@ -241,6 +267,7 @@ def user_sample_fn(
     (``dtype=``, ``--dtype``).
     """
     diversity = _SliceDiversity(call)
+    cap = SampleCap()
 
     def varied(
         base: Sequence[Sample], seed: int, dtype: torch.dtype | None, device: str
@@ -253,7 +280,7 @@ def user_sample_fn(
         return out
 
     if isinstance(samples, (list, tuple)):
-        fixed = _as_samples(samples)
+        fixed = _as_samples(samples, cap=cap)
 
         def listed(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
             return varied(fixed, seed, dtype, device)
@@ -261,6 +288,8 @@ def user_sample_fn(
         listed.user_seeded = False  # type: ignore[attr-defined]
         listed.diversity = diversity  # type: ignore[attr-defined]
         listed.own_dtypes = True  # type: ignore[attr-defined]
+        listed.cap = cap  # type: ignore[attr-defined]
+        listed.described = "the samples list"  # type: ignore[attr-defined]
         return listed
     if not callable(samples):
         raise UsageError(
@@ -270,19 +299,32 @@ def user_sample_fn(
     if _accepts_seed(samples):
 
         def seeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
-            return [_cast(s, dtype, device) for s in _call_samples(samples, seed)]
+            return [_cast(s, dtype, device) for s in _call_samples(samples, cap, seed)]
 
         seeded.user_seeded = True  # type: ignore[attr-defined]
         seeded.own_dtypes = True  # type: ignore[attr-defined]
+        seeded.cap = cap  # type: ignore[attr-defined]
+        seeded.described = f"the samples callable {_describe_source(samples)}"  # type: ignore[attr-defined]
         return seeded
 
     def unseeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
-        return varied(_call_samples(samples), seed, dtype, device)
+        return varied(_call_samples(samples, cap), seed, dtype, device)
 
     unseeded.user_seeded = False  # type: ignore[attr-defined]
     unseeded.diversity = diversity  # type: ignore[attr-defined]
     unseeded.own_dtypes = True  # type: ignore[attr-defined]
+    unseeded.cap = cap  # type: ignore[attr-defined]
+    unseeded.described = f"the samples callable {_describe_source(samples)}"  # type: ignore[attr-defined]
     return unseeded
+
+
+def samples_note(entry: Entry) -> str:
+    """What the report says when the samples were capped at ``SAMPLES_MAX`` ("" if not);
+    call it after the samples were drawn."""
+    cap = getattr(entry.samples, "cap", None)
+    if not isinstance(cap, SampleCap):
+        return ""
+    return cap.note(str(getattr(entry.samples, "described", "the samples")))
 
 
 def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:

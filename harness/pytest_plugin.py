@@ -53,6 +53,13 @@ class _Suite:
         self.results_dir = results_dir
         self.entries = {e.name: e for e in entries}
         self.cases: dict[str, tuple[Any, Any]] = {}
+        from harness.engine.timeouts import TimeoutLedger
+
+        # Two timeouts in a check and its other cases are not run; in a worker the ledger
+        # is shared with the other workers through the results folder.
+        self.ledger = TimeoutLedger()
+        if results_dir is not None:
+            self.ledger.attach(results_dir)
         self._ids: list[str] = []
         self._entry_of: dict[str, str] = {}
         if case_ids is not None:
@@ -76,7 +83,7 @@ class _Suite:
         return list(self._ids)
 
     def run(self, case_id: str) -> Any:
-        from harness.engine.runner import run_case
+        from harness.engine.runner import run_case, timed_out_twice
         from harness.expectations import apply, skip_result
 
         if case_id not in self.cases and case_id in self._entry_of:
@@ -86,9 +93,10 @@ class _Suite:
         if skipped is not None:
             return skipped
         # a worker runs nothing but cases: state changed between two was changed by a thread
-        result = run_case(
+        result = timed_out_twice(data, case, self.ledger, self.target) or run_case(
             data, case, target=self.target, watch_between=self.results_dir is not None
         )
+        self.ledger.note(result)
         if self.expectations is not None:
             apply(self.expectations, result)
         return result
@@ -319,6 +327,15 @@ def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
         return
     with open(os.path.join(results_dir, "crashed.jsonl"), "a") as f:
         f.write(json.dumps({"nodeid": crashitem}) + "\n")
+    from harness.engine.timeouts import note_crashed_timeout
+
+    note_crashed_timeout(results_dir, _case_of_node(crashitem))
+
+
+def _case_of_node(nodeid: str) -> str:
+    """The case id in an item's node id (``test_afdb_cases.py::test_case[ID]``)."""
+    start, end = nodeid.find("["), nodeid.rfind("]")
+    return nodeid[start + 1 : end] if 0 <= start < end else nodeid
 
 
 # --- a group of conformance items that checked nothing: exit 5 ------------------------------

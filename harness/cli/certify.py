@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.core.errors import UsageError
 from harness.core.paths import PACKAGE_DIR, SUITE_ROOT
+from harness.core.signals import deferred_signals
 
 #: Expectations for torch bugs that only a backend exposes: harness/known_failures/backends/
 #: SLUG.json, package data like the sources' own files.
@@ -279,8 +280,10 @@ def certify(
     from harness.certify.checks import adapt
 
     adapted: list[BackendEntry] = adapt(backend, entries)
-    folder = tempfile.mkdtemp(prefix="afdb-certify-")
+    folder = ""
     try:
+        with deferred_signals():  # once made, the folder is removed however the run ends
+            folder = tempfile.mkdtemp(prefix="afdb-certify-")
         exp_path, exp_sources = expectations_for(args, backend, folder)
         exp_sha = _sha256(exp_path)  # before the folder (and a merged file in it) goes
         args.expectations = exp_path
@@ -300,7 +303,9 @@ def certify(
             adjust=lambda r: reclassify([r], backend),
         )
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder:
+            with deferred_signals():
+                shutil.rmtree(folder, ignore_errors=True)
     reclassify(result.cases, backend)
     for r in result.cases:
         if r.repro:

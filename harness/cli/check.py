@@ -22,6 +22,7 @@ from harness.cli.selection import add_selection_options, apply_last_failed, last
 from harness.core.errors import UsageError
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
+from harness.core.signals import deferred_signals
 from harness.core.textsafe import visible
 
 
@@ -201,7 +202,7 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
 
 def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
     """The entry and options for a user target: samples validated, batch sizes chosen."""
-    from harness.entries import base_samples, choose_batch_sizes, slice_notes
+    from harness.entries import base_samples, choose_batch_sizes, samples_note, slice_notes
 
     entry = spec.make_entry()
     base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
@@ -212,7 +213,10 @@ def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
         fixed_nested=bool(spec.nested_batch_sizes),
     )
     note = slice_notes(entry, base_samples(entry, options))
-    return entry, (options.replace(slice_note=note) if note else options)
+    if note:
+        options = options.replace(slice_note=note)
+    capped = samples_note(entry)
+    return entry, (options.replace(samples_note=capped) if capped else options)
 
 
 def describe_function(entry: Any) -> str:
@@ -290,6 +294,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"batch sizes: {options.batch_size_note}")
         if options.slice_note:
             print(f"slices: {options.slice_note}")
+        if options.samples_note:
+            print(f"samples: {visible(options.samples_note, keep_newlines=False)}")
         n = worker_count(args)
         mode = (
             f"in {n} worker processes"
@@ -300,16 +306,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         if rerun is not None:
             print(last_failed_note(args))
     accept_path = None
-    if args.accept:
-        accept_path = args.expectations
-        args.expectations = _skips_only(accept_path)
     try:
+        if args.accept:
+            accept_path = args.expectations
+            args.expectations = None
+            with deferred_signals():  # the temporary file is removed below once it exists
+                args.expectations = _skips_only(accept_path)
         result = execute(
             [entry], options, args, source="user", target=spec, summary=print_check_summary
         )
     finally:
         if accept_path is not None and args.expectations:
-            os.unlink(args.expectations)
+            with deferred_signals():
+                os.unlink(args.expectations)
     if accept_path is not None:
         return _accept(accept_path, result, args)
     status = run_status(result, args)

@@ -3,7 +3,12 @@
 Exit status: 0 everything conforms, 1 something does not, 2 bad usage or a
 target that cannot be loaded (one line on stderr; ``--debug`` adds the traceback), 3 the
 suite itself failed on some case (``internal``), 5 nothing was checked (every case
-``unsupported`` or ``skip``: pytest's status for "no tests ran"), 130 interrupted (Ctrl-C).
+``unsupported`` or ``skip``: pytest's status for "no tests ran"), 130 interrupted (Ctrl-C
+or SIGTERM, at any moment: while torch is imported, while workers start, while reports are
+written).
+
+Importing this module imports neither torch nor the commands (``build_parser`` does), so
+``entry`` has its signal handlers in place before anything slow runs.
 
 Subcommands live in small modules: this one holds ``list`` and ``run``; other
 modules named in ``COMMAND_MODULES`` add theirs through ``add_parsers(sub)``.
@@ -18,11 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from harness.cli.common import add_common_options
-from harness.cli.run import cmd_list, cmd_run
-from harness.cli.selection import add_selection_options
 from harness.core.errors import UsageError
-from harness.core.textsafe import visible
 
 #: Modules that contribute subcommands (each defines ``add_parsers(subparsers)``).
 COMMAND_MODULES = (
@@ -37,11 +38,17 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, except that a usage error is one line (``afdb run: error: ...``), exit 2."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
+        from harness.core.textsafe import visible
+
         line = visible(message, keep_newlines=False)
         self.exit(2, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from harness.cli.common import add_common_options
+    from harness.cli.run import cmd_list, cmd_run
+    from harness.cli.selection import add_selection_options
+
     parser = OneLineParser(
         prog="afdb",
         description="Conformance suite for torch.autograd.Function under torch.func transforms.",
@@ -122,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         if args.debug:
             raise
+        from harness.core.textsafe import visible
+
         print(
             f"afdb {args.command}: error: {visible(str(e), keep_newlines=False)}", file=sys.stderr
         )
@@ -157,8 +166,43 @@ def _sigterm_as_ctrl_c() -> Any:
     return signal.signal(signal.SIGTERM, on_term)
 
 
+class _CommandSignals:
+    """SIGINT and SIGTERM for the whole command: ``KeyboardInterrupt`` while it runs (from
+    the first import on), only noted once it is over (flushing, ``atexit``), so no signal
+    at any moment ends it with a traceback or "Exception ignored" noise."""
+
+    def __init__(self) -> None:
+        self.raising = True
+        self.noted = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.noted = True
+        if self.raising:
+            raise KeyboardInterrupt
+
+    def install(self) -> None:
+        import signal
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signum, self)
+
+
+def _run_main(signals: _CommandSignals) -> int:
+    try:
+        try:
+            return main()
+        finally:
+            signals.raising = False  # first: a signal from here on is only noted
+    except KeyboardInterrupt:  # before main's own handling (importing the commands, torch)
+        signals.raising = False
+        with contextlib.suppress(Exception):
+            print("afdb: interrupted", file=sys.stderr)
+        return 130
+
+
 def entry() -> None:
-    """The ``afdb`` command: ``main``, then a prompt exit.
+    """The ``afdb`` command: ``main``, then a prompt exit (130 if a signal came at any point).
 
     The interpreter's own finalisation after a run (torch's and ``torch._dynamo``'s
     modules torn down one by one) took 0.3 to 0.6 s, a tenth of ``afdb run --source
@@ -167,10 +211,12 @@ def entry() -> None:
     logging) and ends the process. It also means a thread a Function left running does
     not keep the finished command waiting.
     """
+    signals = _CommandSignals()
+    signals.install()
+    code = _run_main(signals)
     import atexit
     import os
 
-    code = main()
     for stream in (sys.stdout, sys.stderr):
         # A reader that left, a stream already closed: nothing more to deliver.
         with contextlib.suppress(OSError, ValueError):
@@ -178,7 +224,7 @@ def entry() -> None:
     try:
         atexit._run_exitfuncs()
     finally:
-        os._exit(code)
+        os._exit(130 if signals.noted else code)
 
 
 if __name__ == "__main__":

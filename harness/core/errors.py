@@ -2,7 +2,9 @@
 
 * ``UsageError``: bad input from the user (a flag, a target, a file): one line naming what
   is wrong and how to fix it. The CLI prints it and exits 2; the Python API raises it.
-* ``CaseTimeout``: a case ran past its time limit (raised inside the case by the timer).
+* ``CaseTimeout``: a case ran past its time limit (raised inside the case by the timer or
+  the watchdog). A ``BaseException``, so that neither the Function's ``except Exception``
+  nor a check's (which turns a Function's exception into a finding) takes it for an error.
 * ``RunStopped``: a run ends early on purpose (``--maxfail``): the cases done so far are
   the run's, the rest do not run.
 * ``FunctionRaised``: the Function (or torch on its behalf) raised inside a named sub-check
@@ -17,7 +19,7 @@ class UsageError(ValueError):
     """Bad input from the user: the message is one line naming what is wrong and how to fix it."""
 
 
-class CaseTimeout(Exception):
+class CaseTimeout(BaseException):
     """The case ran past its time limit."""
 
 

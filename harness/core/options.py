@@ -74,6 +74,8 @@ class Options:
     slice_note: str = ""
     #: Opt-in: the vmap_hazard pass (batch sizes equal to sample dims).
     hazard_probe: bool = False
+    #: Set when the samples were capped (a source that gave more than the suite takes).
+    samples_note: str = ""
 
     def hazard_sizes(self) -> tuple[int, ...]:
         sizes = {*self.batch_sizes, *self.nested_batch_sizes, *self.chunk}
@@ -96,6 +98,7 @@ class Options:
             "batch_size_note": self.batch_size_note,
             "slice_note": self.slice_note,
             "hazard_probe": self.hazard_probe,
+            "samples_note": self.samples_note,
         }
 
     @classmethod
@@ -113,4 +116,5 @@ class Options:
             batch_size_note=d.get("batch_size_note", ""),
             slice_note=d.get("slice_note", ""),
             hazard_probe=bool(d.get("hazard_probe", False)),
+            samples_note=str(d.get("samples_note", "")),
         )

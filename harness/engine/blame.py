@@ -79,8 +79,25 @@ def _frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
     return list(traceback.extract_tb(tb))
 
 
+_INTERNAL_PREFIX = "internal error of the suite at "
+_INTERNAL_MIDDLE = " (please report it): "
+
+
 def internal_message(where: str, description: str) -> str:
-    return f"internal error of the suite at {where} (please report it): {description}"
+    return f"{_INTERNAL_PREFIX}{where}{_INTERNAL_MIDDLE}{description}"
+
+
+def tripped_over(leak: str, message: str) -> str:
+    """The ``error`` message of a case whose Function left state changed (``leak``) and
+    whose ``internal`` error (``message``) came from the suite's code running after it."""
+    where, description = "", message
+    if message.startswith(_INTERNAL_PREFIX) and _INTERNAL_MIDDLE in message:
+        where, _, description = message[len(_INTERNAL_PREFIX) :].partition(_INTERNAL_MIDDLE)
+    at = f" (at {where})" if where else ""
+    return (
+        f"{leak}; the suite's code that ran after it failed on that state{at}, which is "
+        f"not the suite's bug: {description}"
+    )
 
 
 def blamed(exc: BaseException, where: str) -> tuple[str, str]:

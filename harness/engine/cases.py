@@ -33,6 +33,7 @@ from harness.core.results import (
 )
 from harness.engine.blame import classify, internal_message
 from harness.plans.plan import ArgLayout, Plan
+from harness.plans.pytrees import leaves
 from harness.plans.slices import SliceSource, sample_seed
 
 
@@ -89,16 +90,44 @@ class EntryData:
         return self._slices[sample_index]
 
     def nonfinite(self, sample_index: int) -> str:
-        """The advice when the plain call on this sample gives NaN or inf ("" when finite).
-
-        Every comparison of such a sample is vacuous (NaN matches NaN), so none of its cases
-        may pass. A call that raises is left to the checks, which report it.
+        """The advice when every comparison of this sample would be vacuous ("" if none):
+        its tensors have no elements, or the plain call on it gives NaN or inf (NaN matches
+        NaN) or outputs without elements. None of its cases may pass. A call that raises is
+        left to the checks, which report it.
         """
         if sample_index not in self._nonfinite:
-            self._nonfinite[sample_index] = _nonfinite_call(
-                self.entry, self.base_samples()[sample_index]
+            sample = self.base_samples()[sample_index]
+            self._nonfinite[sample_index] = empty_sample(sample) or _nonfinite_call(
+                self.entry, sample
             )
         return self._nonfinite[sample_index]
+
+
+#: The advice for a sample whose tensors have no elements.
+EMPTY_SAMPLE = (
+    "the sample has no elements: every comparison would pass (there is nothing to compare); "
+    "give every floating tensor of it at least one element"
+)
+EMPTY_OUTPUTS = (
+    "the Function's outputs on this sample have no elements: every comparison would pass "
+    "(there is nothing to compare); choose a sample whose outputs have elements"
+)
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [v for _, v in leaves(tree) if isinstance(v, torch.Tensor)]
+
+
+def _floating_first(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The floating (complex) tensors when there are any (those are compared), else all."""
+    floating = [t for t in tensors if t.is_floating_point() or t.is_complex()]
+    return floating or tensors
+
+
+def empty_sample(sample: Sample) -> str:
+    """``EMPTY_SAMPLE`` when the sample's (floating) tensors all have no elements, else ""."""
+    tensors = _floating_first([t for a in sample.args for t in _tensors(a)])
+    return EMPTY_SAMPLE if tensors and all(t.numel() == 0 for t in tensors) else ""
 
 
 def _nonfinite_call(entry: Entry, sample: Sample) -> str:
@@ -108,6 +137,9 @@ def _nonfinite_call(entry: Entry, sample: Sample) -> str:
             out = entry.call(*args)
     except Exception:
         return ""
+    outputs = _floating_first(_tensors(out))
+    if outputs and all(t.numel() == 0 for t in outputs):
+        return EMPTY_OUTPUTS
     return nonfinite_outputs(out)
 
 
@@ -169,7 +201,15 @@ def enumerate_cases(data: EntryData) -> list[Case]:
             for plan in plans:
                 cases.append(
                     Case(
-                        case_id(entry.name, check, i, plan), entry.name, check, i, sample.name, plan
+                        case_id(entry.name, check, i, plan),
+                        entry.name,
+                        check,
+                        i,
+                        sample.name,
+                        plan,
+                        # a plan generated only to say why it is not run (the hazard probe's
+                        # memory budget)
+                        getattr(plan, "skipped", ""),
                     )
                 )
     return cases

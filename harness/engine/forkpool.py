@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.core.results import CaseResult
+from harness.core.signals import deferred_signals
 
 #: Runs case ``i`` in a worker and returns its record (never raises for a Function's fault).
 RunOne = Callable[[int], CaseResult]
@@ -44,6 +45,8 @@ NotRun = Callable[[int, str], CaseResult]
 #: Told of each record as it arrives (case index, record); may raise to end the run
 #: (``RunStopped``): the workers are stopped as on Ctrl-C.
 OnRecord = Callable[[int, CaseResult], None]
+#: The record of case ``i`` when it need not run (its check timed out twice), else None.
+Skip = Callable[[int], CaseResult | None]
 
 #: Workers that may die in a row without finishing a case before the rest is given up.
 FRUITLESS_LIMIT = 3
@@ -161,9 +164,13 @@ class ForkPool:
         watchdog_s: float | None = None,
         backstop_s: float | None = None,
         on_record: OnRecord | None = None,
+        skip: Skip | None = None,
+        prepare: Callable[[str], None] | None = None,
     ) -> None:
         self.count = count
         self.on_record = on_record
+        self.skip = skip
+        self.prepare = prepare  # called with the temporary folder before the first fork
         self.workers = max(1, min(workers, count))
         self.run_one = run_one
         self.on_death = on_death
@@ -175,7 +182,7 @@ class ForkPool:
         self.regions = _regions(count, self.workers)
         self.done: dict[int, CaseResult] = {}
         self.live: dict[int, _Worker] = {}  # by read fd
-        self.folder = tempfile.mkdtemp(prefix="afdb-run-")
+        self.folder = ""  # made by run(), removed when it ends however it ends
         self.selector = selectors.DefaultSelector()
 
     # --- workers ---------------------------------------------------------------------
@@ -197,6 +204,14 @@ class ForkPool:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        # A signal between the fork and the worker's record would leave a worker no one stops.
+        with deferred_signals():
+            worker = self._fork(cmd_r, cmd_w, res_r, res_w, faults_path, home)
+        return worker
+
+    def _fork(
+        self, cmd_r: int, cmd_w: int, res_r: int, res_w: int, faults_path: str, home: int | None
+    ) -> _Worker:
         pid = os.fork()
         if pid == 0:  # the worker: never returns into the controller's code
             code = 0
@@ -222,6 +237,12 @@ class ForkPool:
         self.selector.register(res_r, selectors.EVENT_READ, worker)
         return worker
 
+    def _start(self, home: int | None = None) -> None:
+        """A fresh worker with its first batch (none when every case left was skipped)."""
+        worker = self._spawn(home)
+        if not self._send(worker):
+            self._retire(worker, kill=False)
+
     def _send(self, worker: _Worker) -> bool:
         """Give ``worker`` its next batch (consecutive cases); False when nothing is left.
 
@@ -231,19 +252,43 @@ class ForkPool:
         its region is done it takes from the back of the fullest one, whose owner
         goes on at the front.
         """
-        remaining = self.pending
-        if not remaining:
-            return False
-        n = _batch_size(remaining, self.workers)
-        own = self.regions[worker.home]
-        if own:
-            worker.batch = _take_run(own, n, from_back=False)
-        else:
-            worker.batch = _take_run(self.regions[self._fullest()], n, from_back=True)
+        while True:
+            remaining = self.pending
+            if not remaining:
+                return False
+            n = _batch_size(remaining, self.workers)
+            own = self.regions[worker.home]
+            region = own if own else self.regions[self._fullest()]
+            batch = _take_run(region, n, from_back=not own)
+            kept = self._not_skipped(batch)
+            if not kept:
+                continue
+            run = 1  # the first consecutive run goes; the rest back where it came from
+            while run < len(kept) and kept[run] == kept[0] + run:
+                run += 1
+            if own:
+                region[:0] = kept[run:]
+            else:
+                region.extend(kept[run:])
+            worker.batch = kept[:run]
+            break
         first, end = worker.batch[0], worker.batch[-1] + 1
         with contextlib.suppress(OSError):  # a dead worker: its end of file says so next
             os.write(worker.to_worker, f"{first} {end}\n".encode())
         return True
+
+    def _not_skipped(self, batch: list[int]) -> list[int]:
+        """``batch`` less the cases ``skip`` gives a record for (recorded here, not run)."""
+        if self.skip is None:
+            return batch
+        kept = []
+        for i in batch:
+            record = self.skip(i)
+            if record is None:
+                kept.append(i)
+            else:
+                self.done[i] = record
+        return kept
 
     def _retire(self, worker: _Worker, *, kill: bool) -> None:
         self.selector.unregister(worker.from_worker)
@@ -315,9 +360,13 @@ class ForkPool:
         """Every case's record by index. On KeyboardInterrupt the workers are stopped and the
         records finished so far stay in ``self.done``; the interrupt is raised again."""
         try:
+            with deferred_signals():  # the folder is this run's once made: removed below
+                self.folder = tempfile.mkdtemp(prefix="afdb-run-")
+            if self.prepare is not None:
+                self.prepare(self.folder)
             for home in range(self.workers):
                 if self.regions[home]:
-                    self._send(self._spawn(home))
+                    self._start(home)
             while self.live:
                 for key, _ in self.selector.select(timeout=1.0):
                     worker: _Worker = key.data
@@ -328,7 +377,7 @@ class ForkPool:
                     if not chunk:
                         self._died(worker)
                         if self.pending:
-                            self._send(self._spawn(worker.home))
+                            self._start(worker.home)
                         continue
                     worker.buffer += chunk
                     while b"\n" in worker.buffer and worker.from_worker in self.live:
@@ -336,15 +385,17 @@ class ForkPool:
                         self._handle(worker, line)
                 self._enforce_backstop()
                 if not self.live and self.pending:
-                    self._send(self._spawn())
+                    self._start()
             return self.done
         finally:
-            for worker in list(self.live.values()):
-                self._retire(worker, kill=True)
-            self.selector.close()
-            import shutil
+            with deferred_signals():  # a second Ctrl-C waits until the workers are stopped
+                for worker in list(self.live.values()):
+                    self._retire(worker, kill=True)
+                self.selector.close()
+                if self.folder:
+                    import shutil
 
-            shutil.rmtree(self.folder, ignore_errors=True)
+                    shutil.rmtree(self.folder, ignore_errors=True)
 
     def _enforce_backstop(self) -> None:
         if not self.backstop_s:
@@ -354,7 +405,7 @@ class ForkPool:
             if worker.current is not None and now - worker.started > self.backstop_s:
                 self._died(worker, faults="Timeout (controller backstop)")
                 if self.pending:
-                    self._send(self._spawn(worker.home))
+                    self._start(worker.home)
 
 
 def run_forked(
@@ -367,8 +418,14 @@ def run_forked(
     watchdog_s: float | None = None,
     collect: dict[int, CaseResult] | None = None,
     on_record: OnRecord | None = None,
+    skip: Skip | None = None,
+    prepare: Callable[[str], None] | None = None,
 ) -> dict[int, CaseResult]:
-    """Run cases ``0 .. count-1`` in forked workers (see the module docstring)."""
+    """Run cases ``0 .. count-1`` in forked workers (see the module docstring).
+
+    ``skip``: consulted before a case is sent; ``prepare``: called with the pool's
+    temporary folder before the first worker is forked (files the workers share).
+    """
     pool = ForkPool(
         count,
         workers,
@@ -378,6 +435,8 @@ def run_forked(
         watchdog_s=watchdog_s,
         backstop_s=(watchdog_s + 30.0) if watchdog_s else None,
         on_record=on_record,
+        skip=skip,
+        prepare=prepare,
     )
     try:
         return pool.run()

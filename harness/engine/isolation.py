@@ -25,6 +25,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 from harness.core.errors import CaseTimeout
+from harness.engine.deadline import IMPORT_GRACE_S, Deadline, arm, disarm, importing, limit_message
 
 
 @dataclass(frozen=True)
@@ -79,43 +80,102 @@ def restore(before: TorchState) -> list[str]:
 
 
 class _TimeLimit:
-    """The context manager ``time_limit`` returns (a class: one is entered per case)."""
+    """The context manager ``time_limit`` returns (a class: one is entered per case).
 
-    __slots__ = ("previous", "seconds", "usable")
+    In the main thread the interval timer (SIGALRM) raises ``CaseTimeout``; in every thread
+    the watchdog of ``harness.engine.deadline`` ends a case the timer could not (a timer
+    the Function cancelled, SIGALRM blocked, the thread blocked in torch's autograd
+    engine, a case outside the main thread). ``expired`` says afterwards whether the limit
+    was reached, whatever the case's code did with the ``CaseTimeout`` (a harness frame
+    that wrapped it, a Function that caught it).
+    """
+
+    __slots__ = ("deadline", "deferred", "handler", "leaks", "mask", "previous", "seconds")
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
-        self.usable = False
         self.previous: Any = None
+        self.handler: Any = None
+        self.deadline: Deadline | None = None
+        self.deferred = 0.0
+        self.mask: Any = None
+        #: State of the signal machinery the case changed (put back), one phrase each.
+        self.leaks: list[str] = []
 
-    def __enter__(self) -> None:
+    @property
+    def expired(self) -> bool:
+        return self.deadline is not None and self.deadline.expired
+
+    def message(self) -> str:
+        """The ``timeout`` message: the limit, and what the watchdog had to do."""
+        text = limit_message(self.seconds or 0.0)
+        how = self.deadline.how_ended() if self.deadline is not None else ""
+        return f"{text}; {how}" if how else text
+
+    def __enter__(self) -> _TimeLimit:
         seconds = self.seconds
-        if not (
-            seconds is not None
-            and seconds > 0
-            and hasattr(signal, "setitimer")
-            and threading.current_thread() is threading.main_thread()
-        ):
+        if not (seconds is not None and seconds > 0):
+            return self
+        if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+            self.handler = handler = self._on_alarm  # one bound method: compared by identity
+            self.previous = _signal.signal(signal.SIGALRM, handler)
+        if _HAS_SIGMASK:
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+        self.deadline = arm(seconds, handler=self.handler)
+        if self.handler is not None:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+        return self
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        deadline = self.deadline
+        if deadline is None or not deadline.active:
+            return  # the case ended: a late signal (one that was blocked) changes nothing
+        if importing(frame) and self.deferred < IMPORT_GRACE_S:
+            # A module half imported would break every later case: let the import finish.
+            self.deferred += 0.05
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
             return
-
-        def on_alarm(signum: int, frame: object) -> None:
-            raise CaseTimeout(
-                f"the case ran longer than its {seconds:g} s limit (raise it with --timeout, or "
-                "timeout_s= in the Python API, if the Function is just slow)"
-            )
-
-        self.previous = _signal.signal(signal.SIGALRM, on_alarm)
-        self.usable = True
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        deadline.expired = True
+        raise CaseTimeout(limit_message(self.seconds or 0.0))
 
     def __exit__(self, *exc: object) -> None:
-        if self.usable:
+        if self.deadline is None:
+            return
+        while True:
+            try:
+                self._close()
+                return
+            except CaseTimeout:  # raised by the watchdog just before it was told: done again
+                continue
+
+    def _close(self) -> None:
+        """Disarm everything and put the signal state back (safe to run twice)."""
+        if self.handler is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        assert self.deadline is not None
+        disarm(self.deadline)
+        if self.mask is not None:
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+            if mask != self.mask:
+                blocked = sorted(signal.Signals(s).name for s in set(mask) - set(self.mask))
+                if blocked:
+                    self.leaks.append(f"left signals blocked ({', '.join(blocked)})")
+                # A signal blocked until now is delivered here, to a handler that ignores it.
+                signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+            self.mask = None
+        if self.handler is not None:
+            if _signal.getsignal(signal.SIGALRM) is not self.handler:
+                self.deadline.replaced = True
+                self.leaks.append("replaced the SIGALRM handler")
             _signal.signal(signal.SIGALRM, self.previous)
+            self.handler = None
+
+
+_HAS_SIGMASK = hasattr(signal, "pthread_sigmask")
 
 
 def time_limit(seconds: float | None) -> _TimeLimit:
-    """Raise CaseTimeout in the main thread after ``seconds`` (a Python-level hang only).
+    """Raise CaseTimeout in the calling thread after ``seconds`` (see ``_TimeLimit``).
 
     A hang inside native code that never returns to the interpreter is caught
     one level up, by running cases in worker processes (``-n``).

@@ -69,6 +69,7 @@ def run_metadata(
         "chunk": list(options.chunk),
         "batch_size_note": options.batch_size_note,
         "slice_note": options.slice_note,
+        "samples_note": options.samples_note,
         "hazard_probe": options.hazard_probe,
         "plan_strategy": (
             f"one level: exhaustive up to {options.plan_cap} in_dims plans per sample, pairwise "

@@ -29,6 +29,7 @@ from harness.core.errors import RunStopped, UsageError
 from harness.core.options import Options
 from harness.core.paths import SUITE_ROOT
 from harness.core.results import CRASH, ERROR, TIMEOUT, CaseResult
+from harness.core.signals import deferred_signals
 
 _NODE_PARAM = re.compile(r"\[(.*)\]$")
 
@@ -43,8 +44,15 @@ import pytest
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem, report, sched):
     """A worker died running ``crashitem``: note it for harness.engine.parallel."""
-    with open(os.path.join(os.environ["AFDB_RESULTS_DIR"], "crashed.jsonl"), "a") as f:
+    folder = os.environ["AFDB_RESULTS_DIR"]
+    with open(os.path.join(folder, "crashed.jsonl"), "a") as f:
         f.write(json.dumps({"nodeid": crashitem}) + "\\n")
+    # A worker the native-hang watchdog killed: its case timed out (counted for the rest of
+    # its check). harness.engine.timeouts imports no torch.
+    from harness.engine.timeouts import note_crashed_timeout
+
+    start, end = crashitem.find("["), crashitem.rfind("]")
+    note_crashed_timeout(folder, crashitem[start + 1 : end] if 0 <= start < end else crashitem)
 '''
 
 
@@ -241,19 +249,23 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
 
 def _run_pool(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run the pytest-xdist pool; on any interruption stop it and its workers, then re-raise."""
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=os.getcwd(),
-        start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool (and its workers)
-    )
+    proc: subprocess.Popen[str] | None = None
     try:
+        with deferred_signals():  # a signal right after the start still stops the pool
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=os.getcwd(),
+                start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool
+            )
         out, _ = proc.communicate()
     except BaseException:
-        _stop_group(proc)
+        if proc is not None:
+            with deferred_signals():
+                _stop_group(proc)
         raise
     return proc.returncode, out or ""
 
@@ -376,15 +388,30 @@ def _run_forked(
     """The cases in workers forked from this process (see harness.engine.forkpool)."""
     from harness.engine import forkpool
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
-    from harness.engine.runner import run_case
+    from harness.engine.runner import run_case, timed_out_twice
+    from harness.engine.timeouts import TimeoutLedger
 
-    def run_one(i: int) -> CaseResult:
+    # Shared through a file in the pool's folder: a worker counts its own timeouts, the
+    # controller those of workers the native-hang watchdog killed; both read all of them.
+    ledger = TimeoutLedger()
+
+    def run_one(i: int) -> CaseResult:  # in a worker
         case = cases[i]
-        return run_case(datas[case.entry], case, target=target, watch_between=True)
+        data = datas[case.entry]
+        r = timed_out_twice(data, case, ledger, target) or run_case(
+            data, case, target=target, watch_between=True
+        )
+        ledger.note(r)
+        return r
+
+    def skip(i: int) -> CaseResult | None:  # in the controller, before a case is sent
+        case = cases[i]
+        return timed_out_twice(datas[case.entry], case, ledger, target)
 
     def on_death(i: int, faults: str) -> CaseResult:
         r = death_record(cases[i], faults, options)
         r.repro = repro_command_for(cases[i], options, target)
+        ledger.note(r)
         return r
 
     def not_run(i: int, why: str) -> CaseResult:
@@ -405,6 +432,8 @@ def _run_forked(
             watchdog_s=limit + forkpool.watchdog_grace(limit),
             collect=by_index,
             on_record=(lambda i, r: on_record(r)) if on_record is not None else None,
+            skip=skip,
+            prepare=ledger.attach,
         )
     finally:
         for i, r in by_index.items():
@@ -424,8 +453,10 @@ def _run_xdist(
     backend: dict[str, Any] | None = None,
 ) -> str:
     """The cases in fresh pytest-xdist interpreters; returns the pool's last output line."""
-    folder = tempfile.mkdtemp(prefix="afdb-run-")
+    folder = ""
     try:
+        with deferred_signals():  # once made, the folder is removed however the run ends
+            folder = tempfile.mkdtemp(prefix="afdb-run-")
         config = {
             "options": options.to_dict(),
             "source": source,
@@ -462,12 +493,14 @@ def _run_xdist(
         try:
             returncode, output = _run_pool(cmd, env)
         finally:  # also on Ctrl-C: the finished cases count
-            _collect_xdist(folder, cases, options, target, done)
+            with deferred_signals():
+                _collect_xdist(folder, cases, options, target, done)
         lines = [ln for ln in output.strip().splitlines() if ln.strip()]
         return f"pytest exit {returncode}: {lines[-1] if lines else 'no output'}"
     finally:
-        if not keep:
-            shutil.rmtree(folder, ignore_errors=True)
+        if folder and not keep:
+            with deferred_signals():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _collect_xdist(

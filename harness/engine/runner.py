@@ -25,6 +25,7 @@ from harness.core.options import Options
 from harness.core.results import (
     ERROR,
     FAIL,
+    INTERNAL,
     PASS,
     TIMEOUT,
     UNSUPPORTED,
@@ -33,7 +34,7 @@ from harness.core.results import (
 )
 from harness.core.textsafe import cap, safe_str
 from harness.engine import children
-from harness.engine.blame import blamed, blamed_reference
+from harness.engine.blame import blamed, blamed_reference, tripped_over
 from harness.engine.case_state import (
     GlobalState,
     between_cases,
@@ -62,6 +63,7 @@ from harness.engine.isolation import (
     time_limit,
     watch_user_interrupt,
 )
+from harness.engine.timeouts import TimeoutLedger, not_run_message
 from harness.plans.plan import DtypeLeg
 
 
@@ -139,8 +141,9 @@ def run_case(
         capture_output() as printed,
         watch_thread_starts(),
     ):
+        limit = time_limit(options.timeout_s)
         try:
-            with time_limit(options.timeout_s):
+            with limit:
                 try:
                     assert case.sample_index is not None
                     ctx = CaseContext(
@@ -187,8 +190,8 @@ def run_case(
         except ReferenceRaised as e:
             where = f"{case.check} {case.plan.id}" if case.plan else case.check
             result.status, result.message = blamed_reference(e, where)
-        except CaseTimeout as e:
-            result.status, result.message = TIMEOUT, str(e)
+        except CaseTimeout:
+            result.status, result.message = TIMEOUT, limit.message()
             if describing:
                 result.message += (
                     "; it ran out while turning the Function's exception into text (its "
@@ -198,11 +201,16 @@ def run_case(
             result.duration_s = time.perf_counter() - start
             leaked = restore(state)
             leaked += restore_global(global_state)
+            leaked += limit.leaks
             killed = children.kill_new(processes)
             if killed:
                 leaked.append(children.describe(killed))
             case_ended(state, global_state)  # what the restores just put back
             started = note_threads(case.id, threads)
+    if limit.expired and result.status != TIMEOUT:
+        # The limit was reached, whatever became of its CaseTimeout (a frame that wrapped
+        # it, a Function that caught it): never ``internal``, never the Function's ``error``.
+        result.status, result.message = TIMEOUT, limit.message()
     if leaked and others and not killed:
         note = (
             "note: during this case the global state changed (" + "; ".join(leaked) + ") while "
@@ -212,9 +220,13 @@ def run_case(
         result.message = f"{result.message}; {note}" if result.message else note
     elif leaked and result.status != TIMEOUT:
         note = "the Function " + "; ".join(leaked) + " (restored before the next case)"
-        if result.status == PASS:
-            result.status = ERROR
-        result.message = f"{result.message}; {note}" if result.message else note
+        if result.status == INTERNAL:
+            # The suite's own code failed on the state the Function left: the Function's.
+            result.status, result.message = ERROR, tripped_over(note, result.message)
+        else:
+            if result.status == PASS:
+                result.status = ERROR
+            result.message = f"{result.message}; {note}" if result.message else note
     elif killed:
         result.message += "; " + children.describe(killed)
     if started:
@@ -239,6 +251,27 @@ def run_case(
     return result
 
 
+def timed_out_twice(
+    data: EntryData, case: Case, ledger: TimeoutLedger, target: object = None
+) -> CaseResult | None:
+    """The record of a case not run because its (entry, check) timed out twice (else None)."""
+    if case.unsupported:
+        return None
+    ids = ledger.exhausted(case.entry, case.check)
+    if not ids:
+        return None
+    options = data.options
+    result = case_record(
+        case,
+        TIMEOUT,
+        not_run_message(ids),
+        reference=get_check(case.check).reference,
+        dtype=options_dtype(options, _sample_of(data, case)),
+    )
+    result.repro = cap(repro_command(case.id, options, target))
+    return result
+
+
 def run_entries(
     entries: Iterable[Entry],
     options: Options,
@@ -254,6 +287,7 @@ def run_entries(
     a caller interrupted half way still holds the cases done so far.
     """
     results: list[CaseResult] = collect if collect is not None else []
+    ledger = TimeoutLedger()
     forget_last_case()  # state changed before this run started is the caller's business
     for entry in entries:
         data = EntryData(entry, options)
@@ -271,11 +305,14 @@ def run_entries(
         for case in cases:
             if select is not None and not select(case):
                 continue
-            r = run_case(data, case, target=target, watch_between=True)
+            r = timed_out_twice(data, case, ledger, target) or run_case(
+                data, case, target=target, watch_between=True
+            )
+            ledger.note(r)
             results.append(r)
             if progress:
                 progress(r)
     return results
 
 
-__all__ = ["CheckFailure", "run_case", "run_entries"]
+__all__ = ["CheckFailure", "run_case", "run_entries", "timed_out_twice"]

@@ -153,6 +153,8 @@ class ArgLayout:
     #: (address, shape) of every tensor leaf (the hazard probe leaves a leaf unbatched
     #: where one of its dims equals the batch size).
     shapes: tuple[tuple[Address, tuple[int, ...]], ...] = ()
+    #: Bytes of the sample's tensors (the hazard probe's memory budget).
+    nbytes: int = 0
 
     @classmethod
     def of(cls, sample: Sample, linked: tuple[tuple[int, ...], ...] = ()) -> ArgLayout:
@@ -167,7 +169,14 @@ class ArgLayout:
             for keys, t in leaves(a)
             if isinstance(t, torch.Tensor)
         )
-        return cls(ranks, tuple(g for g in linked if g), trees, sample_sizes(sample), shapes)
+        return cls(
+            ranks,
+            tuple(g for g in linked if g),
+            trees,
+            sample_sizes(sample),
+            shapes,
+            sample_nbytes(sample),
+        )
 
     def _tree(self, i: int) -> Any:
         return self.trees[i] if i < len(self.trees) else None
@@ -435,6 +444,10 @@ def chunked_plans(layout: ArgLayout, batch_size: int = 3, chunk_size: int = 2) -
 
 #: At most this many distinct sample dim sizes become hazard batch sizes.
 HAZARD_SIZES_MAX = 3
+#: The most bytes the hazard probe batches a sample into (its inputs alone; outputs, the
+#: loop reference and gradients take a few times more). A sample dim of 12,000 would
+#: batch a 48 kB sample into 576 MB: that size is skipped, with a note.
+HAZARD_BYTES_MAX = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -442,6 +455,8 @@ class HazardPlan(Plan):
     """A plan whose batch size equals a sample dim size (the id says ``hazard=N``)."""
 
     hazard: int = 0
+    #: Why the plan is not run ("": it is): the batch would exceed ``HAZARD_BYTES_MAX``.
+    skipped: str = ""
 
     def _make_id(self) -> str:
         return f"{self._levels_id()},hazard={self.hazard}"
@@ -468,13 +483,40 @@ def sample_sizes(sample: Sample) -> tuple[int, ...]:
     )
 
 
+def sample_nbytes(sample: Sample) -> int:
+    """Bytes of every tensor leaf of a sample."""
+    return sum(
+        t.numel() * t.element_size()
+        for a in sample.args
+        for _, t in leaves(a)
+        if isinstance(t, torch.Tensor)
+    )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def hazard_skip_note(size: int, nbytes: int) -> str:
+    return (
+        f"not run: the hazard probe at batch size {size} would batch this sample {size} times "
+        f"(about {_mib(size * nbytes)} for the inputs alone, more for the outputs, the loop "
+        f"reference and gradients), beyond its {_mib(HAZARD_BYTES_MAX)} budget; the probe's "
+        "other sizes and every other check still run on this sample"
+    )
+
+
 def hazard_plans(layout: ArgLayout, sizes: Sequence[int]) -> list[Plan]:
     """For each distinct sample size >= 2 (up to a few), one level at that batch size with every
     leaf at an interior dim, then at the last dim: a rule that finds the batch dim by its size
     (``list(x.shape).index(info.batch_size)``) then picks a sample dim instead. Then, for
     each unit with a dim of that size (when there are several units), that unit unbatched and
     the others at 0: a rule that decides *whether* an argument is batched by its size
-    (``x.shape[-1] == info.batch_size``) then takes the unbatched one for a batched one."""
+    (``x.shape[-1] == info.batch_size``) then takes the unbatched one for a batched one.
+
+    A size that would batch the sample beyond ``HAZARD_BYTES_MAX`` gives one plan marked
+    ``skipped`` (its case is ``unsupported`` with the note), never a batch that exhausts memory.
+    """
     units = layout.units()
     if not units:
         return []
@@ -486,6 +528,10 @@ def hazard_plans(layout: ArgLayout, sizes: Sequence[int]) -> list[Plan]:
         for a in layout.addresses():
             opts = dim_choices(layout.rank(a))
             mid[a] = opts[1] if len(opts) == 3 else opts[-1]
+        if n * layout.nbytes > HAZARD_BYTES_MAX:
+            skip = hazard_skip_note(n, layout.nbytes)
+            plans.append(HazardPlan((LevelPlan(n, layout.in_dims(mid)),), "hazard", n, skip))
+            continue
         assignments = [mid, layout.uniform(-1)]
         if len(units) > 1:
             for unit in units:

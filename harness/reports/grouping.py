@@ -9,6 +9,9 @@ after ``the Function raised``), so a vmap rule that raises for one layout of its
 one group over ``vmap``, ``vmap_nested``, ``contract``, ``grad_of_vmap``... Other messages
 group across checks only when their text agrees: one wrong ``out_dims`` says ``Function
 under vmap`` in ``vmap`` and in ``vmap_nested`` alike.
+A timeout's cause is its check (``timeout in CHECK``): the frame a timer or a watchdog
+happened to stop it in says nothing about why it hangs, so the timeouts of one (entry,
+check) are one group.
 
 Every report writer (terminal, Markdown, HTML, ``assert_conforms``, ``afdb diff``) uses
 these groups; the JUnit report keeps one testcase per case, as CI histories follow case ids.
@@ -21,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.core.results import BAD_STATUSES, CaseResult, internal_first
+from harness.core.results import BAD_STATUSES, TIMEOUT, CaseResult, internal_first
 from harness.core.textsafe import visible
 
 #: Plan text inside a message: ``in_dims=(0, None)``, ``out_dims=-1``, ``B=4``, ``chunk=3``...
@@ -55,7 +58,14 @@ def cause_text(message: str, *, case_id: str = "", check: str = "", plan_id: str
 
 
 def root_cause(case: CaseResult) -> str:
-    """The case's message with its plan, ids and numbers taken out."""
+    """The case's message with its plan, ids and numbers taken out.
+
+    A timeout's cause is its check: the message says where the case happened to be
+    stopped (the timer, the watchdog, a worker killed in some frame), not why it hangs,
+    so the timeouts of one (entry, check) are one group.
+    """
+    if case.status == TIMEOUT:
+        return f"timeout in {case.check}"
     plan_id = str((case.plan or {}).get("id", ""))
     return cause_text(case.message, case_id=case.id, check=case.check, plan_id=plan_id)
 

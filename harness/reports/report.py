@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, XFAIL, RunResult
+from harness.core.signals import deferred_signals
 from harness.core.textsafe import visible
 
 
@@ -35,8 +36,10 @@ def write_atomic(path: str | Path, text: str) -> None:
 
     p = output_target(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    tmp = ""
     try:
+        with deferred_signals():  # once made, the temporary file is replaced in or removed
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
         os.chmod(tmp, _file_mode(p))  # mkstemp makes 0600; a report is as readable as any file
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
@@ -44,8 +47,9 @@ def write_atomic(path: str | Path, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, p)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        with deferred_signals(), contextlib.suppress(OSError):
+            if tmp:
+                os.unlink(tmp)
         raise
 
 
@@ -241,6 +245,8 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
         rows.append(("batch size note", str(md["batch_size_note"])))
     if md.get("slice_note"):
         rows.append(("identical slices", str(md["slice_note"])))
+    if md.get("samples_note"):
+        rows.append(("samples", str(md["samples_note"])))
     if md.get("expectations"):
         rows.append(("expectations", str(md["expectations"])))
     lines = ["| run | |", "|---|---|"]

@@ -1,0 +1,127 @@
+"""Two timeouts in one (entry, check) and its other cases are not run.
+
+A backward that hangs hangs in every case of its check: forty cases at a 300 s limit are
+more than three hours of waiting for one bug. Once two cases of an (entry, check) have
+timed out, its remaining cases get ``timeout`` with "not run: this check timed out
+twice" instead of running, in every mode:
+
+* in this process (``run_entries``, the pytest plugin's items): a ``TimeoutLedger`` in memory;
+* in worker processes (the fork pool, pytest-xdist): the ledger is also a file in the run's
+  temporary folder, appended by whichever process saw the timeout (the worker whose case
+  timed out, or the controller that saw a worker killed by the native-hang watchdog), and
+  read by every worker before each case and by the fork pool's controller before it
+  sends a batch.
+
+This module imports no torch: pytest-xdist's controller (which never imports torch)
+calls ``note_crashed_timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+from harness.core.results import TIMEOUT, CaseResult
+
+#: Timeouts in one (entry, check) after which its other cases are not run.
+TIMEOUTS_PER_CHECK = 2
+NOT_RUN = "not run: this check timed out twice"
+#: The ledger's file in a run's temporary folder.
+LEDGER_FILE = "timeouts.jsonl"
+
+
+class TimeoutLedger:
+    """The timed-out cases of a run, by (entry, check)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self.seen: dict[tuple[str, str], list[str]] = {}
+        self._read = 0  # bytes of the file already read
+
+    def attach(self, folder: str) -> None:
+        """Share the ledger through a file in ``folder`` (before workers are started)."""
+        self.path = os.path.join(folder, LEDGER_FILE)
+
+    def _add(self, entry: str, check: str, case_id: str) -> bool:
+        ids = self.seen.setdefault((entry, check), [])
+        if case_id in ids:
+            return False
+        ids.append(case_id)
+        return True
+
+    def note(self, result: CaseResult) -> None:
+        """Count ``result`` if it is a timeout of a case that ran."""
+        if result.status != TIMEOUT or result.message.startswith(NOT_RUN):
+            return
+        if self._add(result.entry, result.check, result.id) and self.path:
+            append_line(self.path, [result.entry, result.check, result.id])
+
+    def _refresh(self) -> None:
+        if not self.path:
+            return
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            return
+        if size <= self._read:
+            return
+        with contextlib.suppress(OSError), open(self.path, "rb") as f:
+            f.seek(self._read)
+            data = f.read(size - self._read)
+            end = data.rfind(b"\n") + 1  # whole lines only: a writer may be half way
+            self._read += end
+            for line in data[:end].splitlines():
+                with contextlib.suppress(ValueError, TypeError):
+                    entry, check, case_id = json.loads(line)
+                    self._add(str(entry), str(check), str(case_id))
+
+    def exhausted(self, entry: str, check: str) -> list[str]:
+        """The timed-out case ids of (entry, check) once there are enough to stop ([] before)."""
+        self._refresh()
+        ids = self.seen.get((entry, check), [])
+        return ids if len(ids) >= TIMEOUTS_PER_CHECK else []
+
+
+def not_run_message(ids: list[str]) -> str:
+    return (
+        f"{NOT_RUN} ({ids[0]} and {ids[1]}), so its other cases were not run: they would "
+        "most likely hang as well, each for the whole limit"
+    )
+
+
+def append_line(path: str, item: object) -> None:
+    """One JSON line appended whole (O_APPEND: writers in several processes never mix)."""
+    data = (json.dumps(item) + "\n").encode()
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+def note_crashed_timeout(folder: str, case_id: str) -> None:
+    """pytest-xdist's controller: the worker running ``case_id`` died; if its fault log says
+    the native-hang watchdog killed it, the case timed out: count it in the ledger."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith("running-") and name.endswith(".txt")):
+            continue
+        with contextlib.suppress(OSError):
+            with open(os.path.join(folder, name)) as f:
+                if f.read() != case_id:
+                    continue
+            pid = name[len("running-") : -len(".txt")]
+            with open(os.path.join(folder, f"faults-{pid}.txt"), errors="replace") as g:
+                if "Timeout (" not in g.read():
+                    return
+            entry, _, rest = case_id.partition("/")
+            append_line(os.path.join(folder, LEDGER_FILE), [entry, rest.split("/")[0], case_id])
+            return
+
+
+__all__ = ["NOT_RUN", "TIMEOUTS_PER_CHECK", "TimeoutLedger", "note_crashed_timeout"]
