@@ -141,6 +141,9 @@ CATALOGUE_ORDER = (
     "vmap_of_jvp",
     "jvp_of_vjp",
     "vjp_of_vjp",
+    "vmap_of_vjp_of_vjp",
+    "vmap_of_jvp_of_vjp",
+    "vmap_of_autograd_grad",
     "jacrev",
     "jacfwd",
 )
@@ -174,5 +177,5 @@ def _load_builtin_checks() -> None:
     _LOADED = True
     import importlib
 
-    for module in ("vmap", "contract", "autodiff"):
+    for module in ("vmap", "contract", "autodiff", "three_level", "batched_grad"):
         importlib.import_module(f"harness.checks.{module}")
