@@ -132,6 +132,7 @@ CATALOGUE_ORDER = (
     "vmap_nested",
     "vmap_chunked",
     "vmap_hazard",
+    "vmap_fallback",
     "contract",
     "jvp",
     "vjp",
@@ -146,6 +147,11 @@ CATALOGUE_ORDER = (
     "vmap_of_autograd_grad",
     "jacrev",
     "jacfwd",
+    "opcheck_schema",
+    "opcheck_autograd_registration",
+    "opcheck_faketensor",
+    "opcheck_aot_dispatch_static",
+    "opcheck_aot_dispatch_dynamic",
 )
 
 
@@ -177,5 +183,13 @@ def _load_builtin_checks() -> None:
     _LOADED = True
     import importlib
 
-    for module in ("vmap", "contract", "autodiff", "three_level", "batched_grad"):
+    for module in (
+        "vmap",
+        "contract",
+        "autodiff",
+        "three_level",
+        "batched_grad",
+        "fallback",
+        "opcheck",
+    ):
         importlib.import_module(f"harness.checks.{module}")

@@ -9,10 +9,11 @@ primals and two groups of extra arguments. Here alike:
 * ``vmap_of_jvp_of_vjp``: ``torch.func.jvp`` of ``(x, c) -> J(x)^T c`` with tangents ``t``
   (on the primals and on the cotangents), vmapped over ``x``, ``c`` and ``t``.
 
-Plans (``GroupsPlan``): the Function's units and each group of extras as one more unit at
-None, 0 or -1, in a strength-2 covering array (exhaustive under the cap): every pair of
-positions of two arguments, of an argument and a group, or of the two groups occurs in some
-plan; then out_dims=-1. Ids read ``in_dims=(0,),cotangents=None,outer_cotangents=0``.
+Plans (``GroupsPlan``): the Function's units at None, 0 or -1 and each group of extras as
+one more unit at None or 0, in a strength-2 covering array (exhaustive under the cap): every
+pair of positions of two arguments, of an argument and a group, or of the two groups occurs
+in some plan; then out_dims=-1. Interior batch dims are left to the vmap and two-level
+checks, which cover them pairwise. Ids read ``in_dims=(0,),cotangents=None,outer_cotangents=0``.
 
 References are loops of per-slice eager two-level computations, never torch.func:
 ``torch.autograd.grad`` twice with ``create_graph=True`` (double backward), and
@@ -57,7 +58,7 @@ from harness.checks.catalogue import (
     needs_vmap,
     register,
 )
-from harness.checks.composites import EXTRA_CHOICES, WithExtras, _reference_raised
+from harness.checks.composites import WithExtras, _reference_raised
 from harness.checks.references import grad_where_connected
 from harness.checks.second_order import first_order_vjp
 from harness.core.options import Options
@@ -127,10 +128,21 @@ class GroupsPlan(Plan):
         )
 
 
+#: Positions of a group of extras in the three-level plans (PyTorch's tests batch an
+#: argument at 0 or not at all; -1 for the extras is vmap_of_vjp's and vmap_of_jvp's).
+GROUP_CHOICES: tuple[int | None, ...] = (None, 0)
+
+
+def _ends(choices: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
+    """A unit's positions without the interior one (None, 0, -1): the interior positions are
+    the vmap and two-level checks' (each torch.func level sees the same batched tensor)."""
+    return [c for c in choices if all(d in (None, 0, -1) for d in c.values())]
+
+
 def groups_plans(names: tuple[str, ...]) -> Callable[[ArgLayout, Options], list[Plan | None]]:
-    """The Function's units and one unit per group of extras (None, 0, -1) in a strength-2
-    covering array (exhaustive under the cap), then every unit and group at 0 with
-    out_dims=-1."""
+    """The Function's units (None, 0, -1) and one unit per group of extras (None, 0) in a
+    strength-2 covering array (exhaustive under the cap), then every unit and group at 0
+    with out_dims=-1."""
 
     def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
         units = layout.units()
@@ -138,15 +150,15 @@ def groups_plans(names: tuple[str, ...]) -> Callable[[ArgLayout, Options], list[
             return []
         b = options.batch_sizes[0]
         cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
-        per_unit = [unit_choices(layout, u) for u in units]
-        sizes = [*(len(c) for c in per_unit), *(len(EXTRA_CHOICES) for _ in names)]
+        per_unit = [_ends(unit_choices(layout, u)) for u in units]
+        sizes = [*(len(c) for c in per_unit), *(len(GROUP_CHOICES) for _ in names)]
         rows, strategy = choose_rows(sizes, cap, options.seed, any_batched)
         candidates: list[Plan] = []
         for row in rows:
             assignment: dict[Any, Any] = {}
             for choices, r in zip(per_unit, row):
                 assignment.update(choices[r])
-            extras = tuple(EXTRA_CHOICES[r] for r in row[len(per_unit) :])
+            extras = tuple(GROUP_CHOICES[r] for r in row[len(per_unit) :])
             level = LevelPlan(b, layout.in_dims(assignment))
             candidates.append(GroupsPlan((level,), strategy, names, (extras,)))
         zero = layout.in_dims(layout.uniform(0))
@@ -341,7 +353,8 @@ def run_vmap_of_vjp_of_vjp(ctx: CaseContext) -> str:
     def actual(*a: Any) -> tuple[Any, ...]:
         args, c, w = _split(view, a)
         g = first_order_vjp(view, args)
-        first, vjp2 = torch.func.vjp(g, *(args[i] for i in view.diff), *c)
+        pulled = torch.func.vjp(g, *(args[i] for i in view.diff), *c)
+        first, vjp2 = pulled[0], pulled[1]
         return (*first, *vjp2(tuple(w)))
 
     def reference(*a: Any) -> tuple[Any, ...]:
@@ -390,8 +403,8 @@ def run_vmap_of_jvp_of_vjp(ctx: CaseContext) -> str:
     def actual(*a: Any) -> tuple[Any, ...]:
         args, c, t = _split(view, a)
         g = first_order_vjp(view, args)
-        primal_out, tangent_out = torch.func.jvp(g, (*(args[i] for i in view.diff), *c), tuple(t))
-        return (*primal_out, *tangent_out)
+        pushed = torch.func.jvp(g, (*(args[i] for i in view.diff), *c), tuple(t))
+        return (*pushed[0], *pushed[1])
 
     def by(
         fn: Callable[[DiffView, Sequence[Any], Sequence[Any]], tuple[Any, ...]],

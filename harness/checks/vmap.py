@@ -47,7 +47,8 @@ FALLBACK_MARK = "we have not yet implemented the batching rule"
 def lacks_batching_rule(entry: Entry) -> bool:
     """True for a torch.library custom op with no FuncTorchBatched kernel (no register_vmap):
     vmap then runs it through the slow per-slice fallback instead of raising."""
-    qualname = getattr(entry.custom_op, "_qualname", None)
+    op = entry.custom_op
+    qualname = getattr(op, "_qualname", None) or getattr(getattr(op, "_schema", None), "name", None)
     if qualname is None:
         return False
     return not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "FuncTorchBatched")

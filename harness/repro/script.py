@@ -24,7 +24,7 @@ import torch
 from autograd_function_db.entry import Entry
 from harness.core.options import Options
 from harness.engine.cases import Case
-from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, VMAP
+from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, OPCHECK, VMAP
 
 #: A module path (``pkg.mod``) or an attribute path (``Class.attr``).
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -116,6 +116,11 @@ def load(spec):
 TARGET = load(TARGET_SPEC)
 if isinstance(TARGET, type) and issubclass(TARGET, torch.autograd.Function):
     FUNCTION, CALL = TARGET, TARGET.apply
+elif isinstance(
+    TARGET,
+    (torch._library.custom_ops.CustomOpDef, torch._ops.OpOverload, torch._ops.OpOverloadPacket),
+):
+    FUNCTION, CALL = TARGET, TARGET  # a torch.library custom op
 else:
     FUNCTION = next(
         getattr(TARGET, a)
@@ -276,5 +281,10 @@ GRADIENT = {_literal(str(entry.gradient))}
 LEVELS = {_literal(levels)}
 """
     loader = _user_loader(target, entry) if target is not None else _DB_LOADER
-    body = VMAP if case.check in VMAP_CHECKS else AUTODIFF
+    if case.check in VMAP_CHECKS:
+        body = VMAP
+    elif case.check.startswith("opcheck_"):
+        body = OPCHECK
+    else:
+        body = AUTODIFF
     return header + loader + DATA + body + FOOTER
