@@ -10,6 +10,10 @@ without batching rules fails here although plain eager backward works.
 Plans: the Function's arguments unbatched, the cotangents batched at 0 and at -1, in the run's dtype and, PyTorch's tests running both, in float64 (floating
 arguments cast; ids end ``,float64``). The reference is a loop of per-slice
 ``torch.autograd.grad`` calls on the same graph, one cotangent slice at a time.
+
+The forward never runs under a transform, so a legacy ``forward(ctx, ...)`` Function (which
+torch.func refuses) is checked too: this is the only check of batched gradients for it
+(``jacrev``, ``vmap_of_vjp`` and the others need ``setup_context``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.autodiff import _first, _needs_backward, _with_fixed_rng
+from harness.checks.autodiff import _needs_backward, _with_fixed_rng
 from harness.checks.autodiff_refs import (
     Findings,
     Watch,
@@ -34,7 +38,6 @@ from harness.checks.catalogue import (
     CheckSpec,
     ReferenceRaised,
     Unsupported,
-    needs_setup_context,
     register,
 )
 from harness.checks.composites import CompositePlan
@@ -172,7 +175,7 @@ register(
         "vmap_of_autograd_grad",
         _with_fixed_rng(run_vmap_of_autograd_grad),
         _plans,
-        _first(needs_setup_context, _needs_backward),
+        _needs_backward,
         "autodiff",
         LOOP_AUTOGRAD_GRAD,
         "vmap over the cotangents of eager torch.autograd.grad on a graph built outside vmap "

@@ -15,8 +15,9 @@ and ``..._dynamic``, that outputs and gradients agree between eager mode and AOT
 (torch.compile's tracer) with static and with dynamic shapes (supersets of
 ``test_faketensor``).
 
-Floating tensor arguments the schema does not mutate require grad (opcheck's advice: the
-autograd tests only look at an op that is differentiated). Entries that are not custom ops
+Floating tensor arguments the schema does not mutate require grad when the op has autograd
+(a CustomOpDef's register_autograd) or is an op defined with ``torch.library.Library``
+(opcheck's advice: the autograd tests only look at an op that is differentiated). Entries that are not custom ops
 are ``unsupported``.
 """
 
@@ -76,8 +77,14 @@ def _mutated(op: Any) -> set[int]:
 
 
 def _args(ctx: CaseContext) -> tuple[Any, ...]:
-    mutated = _mutated(ctx.entry.custom_op)
-    grad = ctx.entry.caps.backward
+    from torch._library.custom_ops import CustomOpDef
+
+    op = ctx.entry.custom_op
+    mutated = _mutated(op)
+    # A CustomOpDef says whether it has autograd (register_autograd); an op defined with
+    # torch.library.Library gets inputs that require grad, as opcheck advises, so that its
+    # autograd tests see how (and whether) it registered autograd.
+    grad = ctx.entry.caps.backward or not isinstance(op, CustomOpDef)
     out = []
     for i, a in enumerate(ctx.slices.args()):
         if (
