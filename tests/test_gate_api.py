@@ -24,7 +24,7 @@ def test_assert_conforms_lists_each_failing_case_with_message_and_repro():
     with pytest.raises(AssertionError) as info:
         assert_conforms(rotations.BrokenRotatePoints, rotations.rotation_samples, checks=["vmap"])
     text = str(info.value)
-    assert text.startswith("8 of 17 cases do not conform:")
+    assert text.startswith("8 of 18 cases do not conform:")  # 17 plans + 1 non-contiguous
     assert "- BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4 [fail]: vmap in_dims=(0,1),B=4" in text
     assert (
         "reproduce: afdb repro 'BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4' "
