@@ -12,8 +12,8 @@ primals and two groups of extra arguments. Here alike:
 Plans (``GroupsPlan``): the Function's units at None, 0 or -1 and each group of extras as
 one more unit at None or 0, in a strength-2 covering array (exhaustive under the cap): every
 pair of positions of two arguments, of an argument and a group, or of the two groups occurs
-in some plan; then out_dims=-1. Interior batch dims are left to the vmap and two-level
-checks, which cover them pairwise. Ids read ``in_dims=(0,),cotangents=None,outer_cotangents=0``.
+in some plan. Interior batch dims and out_dims other than 0 are left to the vmap and
+two-level checks, which cover them. Ids read ``in_dims=(0,),cotangents=None,outer_cotangents=0``.
 
 References are loops of per-slice eager two-level computations, never torch.func:
 ``torch.autograd.grad`` twice with ``create_graph=True`` (double backward), and
@@ -141,8 +141,8 @@ def _ends(choices: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
 
 def groups_plans(names: tuple[str, ...]) -> Callable[[ArgLayout, Options], list[Plan | None]]:
     """The Function's units (None, 0, -1) and one unit per group of extras (None, 0) in a
-    strength-2 covering array (exhaustive under the cap), then every unit and group at 0
-    with out_dims=-1."""
+    strength-2 covering array (exhaustive under the cap); out_dims 0 (the other out_dims
+    are the vmap and two-level checks')."""
 
     def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
         units = layout.units()
@@ -161,9 +161,6 @@ def groups_plans(names: tuple[str, ...]) -> Callable[[ArgLayout, Options], list[
             extras = tuple(GROUP_CHOICES[r] for r in row[len(per_unit) :])
             level = LevelPlan(b, layout.in_dims(assignment))
             candidates.append(GroupsPlan((level,), strategy, names, (extras,)))
-        zero = layout.in_dims(layout.uniform(0))
-        zeros = tuple(0 for _ in names)
-        candidates.append(GroupsPlan((LevelPlan(b, zero, -1),), strategy, names, (zeros,)))
         out: list[Plan | None] = []
         seen: set[str] = set()
         for p in candidates:
