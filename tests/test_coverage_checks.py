@@ -334,3 +334,21 @@ def test_plugin_conformance_tests_take_a_custom_op():
     bad = conformance_tests(pc.wrong_fake_shape, pc.op_samples, checks=["opcheck_faketensor"])
     with pytest.raises(pytest.fail.Exception, match="test_faketensor failed"):
         bad("afdb_planted.wrong_fake_shape/opcheck_faketensor/s0")
+
+
+def test_afdb_repro_of_an_opcheck_case_reruns_opcheck(tmp_path):
+    module = Path(pc.__file__)
+    script = tmp_path / "repro.py"
+    target = [f"{module}:wrong_fake_shape", "--samples", f"{module}:op_samples"]
+    case = "afdb_planted.wrong_fake_shape/opcheck_faketensor/s0"
+    root = Path(__file__).parent.parent
+    made = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "repro", case, *target, "-o", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert made.returncode == 0, made.stderr
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "test_faketensor failed" in ran.stdout
