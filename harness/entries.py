@@ -18,6 +18,8 @@ import torch
 from autograd_function_db.entry import (
     GRADIENT_CUSTOM,
     GRADIENT_DERIVATIVE,
+    VMAP_NONE,
+    VMAP_RULE,
     Capabilities,
     Entry,
     Sample,
@@ -30,6 +32,40 @@ from harness.plans.pytrees import leaves, map_leaves
 from harness.plans.slices import derive_seed
 
 
+def custom_op_of(target: Any) -> Any | None:
+    """The torch.library custom op ``target`` is, or None.
+
+    A ``CustomOpDef`` (``@torch.library.custom_op``) is returned as it is; an ``OpOverload`` or
+    ``OpOverloadPacket`` (``torch.ops.ns.name``, ``.default``) gives its ``CustomOpDef`` when
+    ``torch.library.custom_op`` made it, else the overload itself (an op defined with
+    ``torch.library.Library``: it runs and opcheck tests it, but it has no rule to intercept).
+    """
+    from torch._library.custom_ops import OPDEFS, CustomOpDef
+
+    if isinstance(target, CustomOpDef):
+        return target
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        names = target.overloads()
+        if "default" not in names and len(names) != 1:
+            raise UsageError(
+                f"{target!r} has overloads {', '.join(names)}: name one "
+                f"(torch.ops.{target._qualified_op_name.replace('::', '.')}.OVERLOAD)"
+            )
+        target = getattr(target, "default" if "default" in names else names[0])
+    if isinstance(target, torch._ops.OpOverload):
+        return OPDEFS.get(target._schema.name, target)
+    return None
+
+
+def op_qualname(op: Any) -> str:
+    """``ns::name`` of a custom op (a CustomOpDef or an OpOverload)."""
+    name = getattr(op, "_qualname", None)
+    if name is None:
+        schema = getattr(op, "_schema", None)
+        name = schema.name if schema is not None else str(op)
+    return str(name)
+
+
 def function_class(target: Any) -> type:
     """The autograd.Function subclass behind ``target`` (the class, or a callable carrying one)."""
     if isinstance(target, type) and issubclass(target, torch.autograd.Function):
@@ -39,9 +75,42 @@ def function_class(target: Any) -> type:
         if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
             return cls
     raise UsageError(
-        f"{target!r} is not a torch.autograd.Function subclass; pass the class, or a callable "
-        "with an `autograd_function` attribute naming it"
+        f"{target!r} is not a torch.autograd.Function subclass or a torch.library custom op; "
+        "pass the class, a callable with an `autograd_function` attribute naming it, or a "
+        "custom op (a @torch.library.custom_op function, or torch.ops.NS.NAME[.OVERLOAD])"
     )
+
+
+def samples_attribute(target: Any) -> Any:
+    """The ``samples`` a Function class or callable (or a custom op) carries, or None."""
+    samples = getattr(target, "samples", None)
+    if samples is not None or custom_op_of(target) is not None:
+        return samples
+    return getattr(function_class(target), "samples", None)
+
+
+def _custom_op_capabilities(op: Any, overrides: dict[str, Any]) -> Capabilities:
+    """Capabilities of a custom op, read from its registrations (a CustomOpDef's
+    register_autograd / register_vmap, or kernels for the Autograd and FuncTorchBatched keys):
+    no forward-mode AD (torch.library gives custom ops reverse mode only)."""
+    from torch._library.custom_ops import CustomOpDef
+
+    name = op_qualname(op)
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if isinstance(op, CustomOpDef):
+        backward = op._backward_fn is not None
+        vmap = VMAP_RULE if getattr(op, "_vmap_fn", None) is not None else VMAP_NONE
+    else:
+        backward = bool(has(name, "Autograd"))
+        vmap = VMAP_RULE if has(name, "FuncTorchBatched") else VMAP_NONE
+    caps = Capabilities(
+        vmap=vmap,
+        jvp=False,
+        backward=backward,
+        double_backward=backward,
+        setup_context=True,
+    )
+    return dataclasses.replace(caps, **overrides) if overrides else caps
 
 
 def _accepts_seed(fn: Callable[..., Any]) -> bool:
@@ -336,25 +405,11 @@ def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:
 
 
 def is_custom_op(target: Any) -> bool:
-    """A ``torch.library.custom_op`` (a CustomOpDef)."""
-    from torch._library.custom_ops import CustomOpDef
-
-    return isinstance(target, CustomOpDef)
-
-
-def custom_op_capabilities(op: Any, **overrides: Any) -> Capabilities:
-    """What a custom op supports, read from what was registered on it: reverse mode with
-    ``register_autograd``, a vmap rule with ``register_vmap``; never forward mode."""
-    from autograd_function_db.entry import VMAP_NONE, VMAP_RULE
-
-    caps = Capabilities(
-        vmap=VMAP_RULE if getattr(op, "_vmap_fn", None) is not None else VMAP_NONE,
-        jvp=False,
-        backward=getattr(op, "_backward_fn", None) is not None,
-        double_backward=True,
-        setup_context=True,
-    )
-    return dataclasses.replace(caps, **overrides) if overrides else caps
+    """A ``torch.library`` custom op (a CustomOpDef, or an OpOverload / OpOverloadPacket)."""
+    try:
+        return custom_op_of(target) is not None
+    except UsageError:  # a packet of several overloads: a custom op, though not one to run
+        return True
 
 
 def make_entry(
@@ -377,16 +432,20 @@ def make_entry(
     if unknown:
         known = ", ".join(sorted({*cap_fields, "dtypes"}))
         raise UsageError(f"unknown capability {sorted(unknown)[0]!r}; known: {known}")
-    if is_custom_op(function):
+    custom = custom_op_of(function)
+    if custom is not None:
+        caps = _custom_op_capabilities(custom, capabilities)
         return Entry(
-            name=name or str(function._name),
-            function=function,
-            samples=user_sample_fn(samples, function),
+            name=name or op_qualname(custom).replace("::", "."),
+            function=custom,
+            samples=user_sample_fn(samples, function),  # type: ignore[arg-type]
             op=function,
-            caps=custom_op_capabilities(function, **capabilities),
+            caps=caps,
             tolerances=tolerances or Tolerances(),
             gradient=gradient,
-            custom_op=function,
+            tags=frozenset(("custom-op",)),
+            custom_op=custom,
+            description=f"torch.library custom op {op_qualname(custom)}",
             dtypes=dtypes,
         )
     cls = function_class(function)

@@ -171,13 +171,11 @@ def conformance_tests(
 
     def factory() -> _Suite:
         from harness.api import _expectations, infer_target, prepare, target_fields
-        from harness.entries import function_class
+        from harness.entries import samples_attribute
 
         nonlocal samples
         if samples is None:
-            samples = getattr(function, "samples", None) or getattr(
-                function_class(function), "samples", None
-            )
+            samples = samples_attribute(function)
             if samples is None:
                 from harness.core.errors import UsageError
 

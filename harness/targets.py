@@ -213,20 +213,19 @@ class TargetSpec:
         return args
 
     def load_function(self) -> Any:
-        from harness.entries import function_class
+        from harness.entries import custom_op_of, function_class
 
         obj = load_attr(self._resolved(self.target), "TARGET")
-        from harness.entries import is_custom_op
-
-        if is_custom_op(obj):
+        if custom_op_of(obj) is not None:
             return obj
         try:
             function_class(obj)
         except UsageError:
             raise UsageError(
                 f"TARGET {self.target}: {type(obj).__name__} {getattr(obj, '__name__', obj)!r} "
-                "is not a torch.autograd.Function subclass; name the class, or a callable with "
-                "an `autograd_function` attribute"
+                "is not a torch.autograd.Function subclass or a torch.library custom op; name "
+                "the class, a callable with an `autograd_function` attribute, or a custom op "
+                "(a @torch.library.custom_op function, or torch.ops.NS.NAME)"
             ) from None
         return obj
 
@@ -239,13 +238,11 @@ class TargetSpec:
                     "a function returning argument tuples or Sample objects"
                 )
             return samples
-        from harness.entries import function_class, is_custom_op
+        from harness.entries import samples_attribute
 
-        holders = (function,) if is_custom_op(function) else (function, function_class(function))
-        for holder in holders:
-            samples = getattr(holder, "samples", None)
-            if samples is not None:
-                return samples
+        samples = samples_attribute(function)
+        if samples is not None:
+            return samples
         module = split_spec(self.target, "TARGET")[0]
         raise UsageError(
             f"TARGET {self.target} has no `samples` attribute; pass --samples {module}:NAME "

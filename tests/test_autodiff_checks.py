@@ -36,6 +36,9 @@ def test_catalogue_registers_the_autodiff_family():
         "vmap_of_jvp",
         "jvp_of_vjp",
         "vjp_of_vjp",
+        "vmap_of_vjp_of_vjp",
+        "vmap_of_jvp_of_vjp",
+        "vmap_of_autograd_grad",
         "jacrev",
         "jacfwd",
     )  # the design's catalogue, in its order

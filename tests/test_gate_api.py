@@ -24,7 +24,8 @@ def test_assert_conforms_gives_each_root_cause_with_message_and_repro():
     with pytest.raises(AssertionError) as info:
         assert_conforms(rotations.BrokenRotatePoints, rotations.rotation_samples, checks=["vmap"])
     text = str(info.value)
-    assert text.startswith("BrokenRotatePoints: 8 of 17 cases do not conform, 1 root cause:")
+    # 17 plans + 1 non-contiguous
+    assert text.startswith("BrokenRotatePoints: 8 of 18 cases do not conform, 1 root cause:")
     assert "    vmap in_dims=(None,1),B=4 (Function under vmap vs loop over slices)" in text
     assert (
         "reproduce: afdb repro 'BrokenRotatePoints/vmap/s0/in_dims=(None,1),B=4' "

@@ -169,6 +169,7 @@ CATALOGUE_ORDER = (
     "vmap_nested",
     "vmap_chunked",
     "vmap_hazard",
+    "vmap_fallback",
     "contract",
     "jvp",
     "vjp",
@@ -178,8 +179,16 @@ CATALOGUE_ORDER = (
     "vmap_of_jvp",
     "jvp_of_vjp",
     "vjp_of_vjp",
+    "vmap_of_vjp_of_vjp",
+    "vmap_of_jvp_of_vjp",
+    "vmap_of_autograd_grad",
     "jacrev",
     "jacfwd",
+    "opcheck_schema",
+    "opcheck_autograd_registration",
+    "opcheck_faketensor",
+    "opcheck_aot_dispatch_static",
+    "opcheck_aot_dispatch_dynamic",
     "eager_vjp",
     "eager_jvp",
     "eager_vjp_of_vjp",
@@ -214,5 +223,14 @@ def _load_builtin_checks() -> None:
     _LOADED = True
     import importlib
 
-    for module in ("vmap", "contract", "autodiff", "eager"):
+    for module in (
+        "vmap",
+        "contract",
+        "autodiff",
+        "eager",
+        "three_level",
+        "batched_grad",
+        "fallback",
+        "opcheck",
+    ):
         importlib.import_module(f"harness.checks.{module}")

@@ -369,6 +369,12 @@ def _torch_bug(
 
 
 def _supported(entry: Entry) -> str | None:
+    op = entry.custom_op
+    if op is not None and entry.caps.vmap != VMAP_NONE and not hasattr(op, "_vmap_fn"):
+        return (
+            f"op {entry.function_name} was not made by torch.library.custom_op, so its "
+            "vmap rule cannot be intercepted (the vmap checks still test its results)"
+        )
     if entry.custom_op is not None and entry.caps.vmap == VMAP_NONE:
         return (
             f"custom op {entry.function_name} has no vmap rule (no torch.library.register_vmap): "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from harness.checks.compare import compare_outputs
 from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
+from harness.plans.layouts import NonContiguousPlan, with_layout
 from harness.plans.plan import (
     ArgLayout,
     HazardPlan,
@@ -48,7 +50,8 @@ FALLBACK_MARK = "we have not yet implemented the batching rule"
 def lacks_batching_rule(entry: Entry) -> bool:
     """True for a torch.library custom op with no FuncTorchBatched kernel (no register_vmap):
     vmap then runs it through the slow per-slice fallback instead of raising."""
-    qualname = getattr(entry.custom_op, "_qualname", None)
+    op = entry.custom_op
+    qualname = getattr(op, "_qualname", None) or getattr(getattr(op, "_schema", None), "name", None)
     if qualname is None:
         return False
     return not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "FuncTorchBatched")
@@ -203,7 +206,7 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     ref_fn, fn = FlatCall(ctx.entry.call), FlatCall(ctx.entry.call)
     expected, _ = loop_reference(ref_fn, plan, ctx.slices, reuse=("forward", ctx.entry.call))
     out_dims = concrete_out_dims(plan, expected, True)
-    args = build_batched_args(plan, ctx.slices)
+    args = with_layout(plan, build_batched_args(plan, ctx.slices))
     snapshot = inputs_snapshot(args, ctx.entry.caps.inplace_args)
     rtol, atol = ctx.tolerances
 
@@ -290,7 +293,7 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
     label = f"{name} {plan.id}"
     expected, returned_tuple = loop_reference(seeded_call(fn, seed), plan, ctx.slices)
     out_dims = concrete_out_dims(plan, expected, returned_tuple)
-    args = build_batched_args(plan, ctx.slices)
+    args = with_layout(plan, build_batched_args(plan, ctx.slices))
     rtol, atol = ctx.tolerances
 
     try:
@@ -352,7 +355,7 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
     )
     if problems:
         raise CheckFailure("; ".join(problems))
-    repeated = build_batched_args(plan, RepeatedSlices(ctx.slices))
+    repeated = with_layout(plan, build_batched_args(plan, RepeatedSlices(ctx.slices)))
     outs = as_tuple(
         seeded_call(vmapped(fn, plan, out_dims, randomness="different"), seed)(*repeated)
     )
@@ -374,21 +377,33 @@ def run_random_plan(ctx: CaseContext, name: str) -> str | None:
     return "loop reseeded per slice (same); per-slice variation (different); raises (error)"
 
 
+def _all_at_zero(layout: ArgLayout, plans: Sequence[Plan]) -> list[Plan | None]:
+    """The plans, then one more: every tensor argument batched at 0 at every level (the sizes
+    and chunking of the first plan), handed over non-contiguous (``harness.plans.layouts``)."""
+    out: list[Plan | None] = list(plans)
+    if plans:
+        zero = layout.in_dims(layout.uniform(0))
+        levels = tuple(dataclasses.replace(lv, in_dims=zero, out_dims=0) for lv in plans[0].levels)
+        out.append(NonContiguousPlan(levels, plans[0].strategy))
+    return out
+
+
 def _single(layout: ArgLayout, options: Options) -> list[Plan | None]:
-    plans: list[Plan | None] = []
+    plans: list[Plan] = []
     for b in options.batch_sizes:
         plans.extend(single_level_plans(layout, b, cap=options.plan_cap, seed=options.seed))
-    return plans
+    return _all_at_zero(layout, plans)
 
 
 def _nested(layout: ArgLayout, options: Options) -> list[Plan | None]:
-    return list(
-        nested_plans(layout, options.nested_batch_sizes, cap=options.plan_cap, seed=options.seed)
+    return _all_at_zero(
+        layout,
+        nested_plans(layout, options.nested_batch_sizes, cap=options.plan_cap, seed=options.seed),
     )
 
 
 def _chunked(layout: ArgLayout, options: Options) -> list[Plan | None]:
-    return list(chunked_plans(layout, *options.chunk))
+    return _all_at_zero(layout, chunked_plans(layout, *options.chunk))
 
 
 def _hazard(layout: ArgLayout, options: Options) -> list[Plan | None]:

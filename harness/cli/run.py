@@ -132,10 +132,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from harness.sources import load_source
 
     if args.checks:
-        check_names()
-        for name, spec in CHECKS.items():
-            if not spec.catalogue:  # afdb certify's backend checks
-                continue
+        for name in check_names():  # catalogue order (afdb certify's backend checks left out)
+            spec = CHECKS[name]
             print(f"{name:<14} [{spec.family}] {spec.description} (reference: {spec.reference})")
         return 0
     entries = load_source(args.source)

@@ -3,7 +3,8 @@
 Owns: plan types and plan generation with the hazard probe (``plan``), strength-2 covering
 arrays (``pairwise``), tensors inside container arguments and outputs as pytrees
 (``pytrees``), per-slice data and batched arguments (``slices``), the loop reference and
-the vmapped call for one plan (``batching``).
+the vmapped call for one plan (``batching``), non-contiguous layouts of batched arguments
+(``layouts``).
 
 May import: ``harness.core`` and ``autograd_function_db``.
 """

@@ -25,7 +25,7 @@ from autograd_function_db.entry import Entry
 from harness.core.options import Options
 from harness.engine.cases import Case
 from harness.repro.script_eager import EAGER
-from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, VMAP
+from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, OPCHECK, VMAP
 
 #: A module path (``pkg.mod``) or an attribute path (``Class.attr``).
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -117,6 +117,11 @@ def load(spec):
 TARGET = load(TARGET_SPEC)
 if isinstance(TARGET, type) and issubclass(TARGET, torch.autograd.Function):
     FUNCTION, CALL = TARGET, TARGET.apply
+elif isinstance(
+    TARGET,
+    (torch._library.custom_ops.CustomOpDef, torch._ops.OpOverload, torch._ops.OpOverloadPacket),
+):
+    FUNCTION, CALL = TARGET, TARGET  # a torch.library custom op
 else:
     FUNCTION = next(
         getattr(TARGET, a)
@@ -284,5 +289,10 @@ LEVELS = {_literal(levels)}
 LEG_DTYPE = {_literal(leg)}
 """
     loader = _user_loader(target, entry) if target is not None else _DB_LOADER
-    body = VMAP if case.check in VMAP_CHECKS else AUTODIFF + EAGER
+    if case.check in VMAP_CHECKS:
+        body = VMAP
+    elif case.check.startswith("opcheck_"):
+        body = OPCHECK
+    else:
+        body = AUTODIFF + EAGER
     return header + loader + DATA + body + FOOTER

@@ -1,0 +1,459 @@
+"""Three transforms: ``vmap_of_vjp_of_vjp`` and ``vmap_of_jvp_of_vjp``.
+
+PyTorch's ``test_vmapvjpvjp`` and ``test_vmapjvpvjp`` vmap a second-order function of the
+primals and two groups of extra arguments. Here alike:
+
+* ``vmap_of_vjp_of_vjp``: ``g(x, c, w) = (J(x)^T c, d<J(x)^T c, w>/d(x, c))``, the first-order
+  grads and the double backward, vmapped over the primals ``x``, the cotangents ``c`` and the
+  outer cotangents ``w`` (shaped like the primals' grads).
+* ``vmap_of_jvp_of_vjp``: ``torch.func.jvp`` of ``(x, c) -> J(x)^T c`` with tangents ``t``
+  (on the primals and on the cotangents), vmapped over ``x``, ``c`` and ``t``.
+
+Plans (``GroupsPlan``): the Function's units at None, 0 or -1 and each group of extras as
+one more unit at None or 0, in a strength-2 covering array (exhaustive under the cap): every
+pair of positions of two arguments, of an argument and a group, or of the two groups occurs
+in some plan. Interior batch dims and out_dims other than 0 are left to the vmap and
+two-level checks, which cover them. Ids read ``in_dims=(0,),cotangents=None,outer_cotangents=0``.
+
+References are loops of per-slice eager two-level computations, never torch.func:
+``torch.autograd.grad`` twice with ``create_graph=True`` (double backward), and
+``torch.autograd.forward_ad`` dual tensors through ``torch.autograd.grad``
+(forward-over-reverse). A ``gradient="custom"`` entry's forward-over-reverse passes when it
+matches either that or eager double backward's ``J_g t`` (as ``jvp_of_vjp`` decides).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from harness.checks.autodiff import (
+    _first,
+    _needs_backward,
+    _needs_double_backward,
+    _needs_jvp,
+    _with_fixed_rng,
+)
+from harness.checks.autodiff_refs import (
+    COMPOSITE_PLAN_CAP,
+    DiffView,
+    Findings,
+    Watch,
+    attempt,
+    is_custom,
+    random_like,
+    restricted,
+    sample_view,
+)
+from harness.checks.catalogue import (
+    CaseContext,
+    CheckSpec,
+    ReferenceRaised,
+    Unsupported,
+    needs_vmap,
+    register,
+)
+from harness.checks.composites import WithExtras, _reference_raised
+from harness.checks.references import grad_where_connected
+from harness.checks.second_order import first_order_vjp
+from harness.core.options import Options
+from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
+from harness.plans.plan import (
+    ArgLayout,
+    LevelPlan,
+    Plan,
+    any_batched,
+    choose_rows,
+    unit_choices,
+)
+from harness.plans.slices import build_batched_args
+
+LOOP_DOUBLE_BACKWARD = (
+    "loop of per-slice eager double backward (torch.autograd.grad twice, create_graph=True)"
+)
+LOOP_FORWARD_OVER_REVERSE = (
+    "loop of per-slice eager forward-over-reverse (torch.autograd.forward_ad over "
+    "torch.autograd.grad)"
+)
+LOOP_DOUBLE_BACKWARD_JVP = (
+    "loop of per-slice eager double backward's J_g t (torch.autograd.grad three times, "
+    "gradient=custom)"
+)
+
+
+@dataclass(frozen=True)
+class GroupsPlan(Plan):
+    """A plan over the Function's arguments plus, per level, one batch dim for each group of
+    extra arguments (appended after the Function's arguments, group after group)."""
+
+    extra_names: tuple[str, ...] = ()
+    #: Per level: one batch dim (or None) per group.
+    extra_dims: tuple[tuple[int | None, ...], ...] = ()
+
+    def _make_id(self) -> str:
+        parts = self._levels_id().split("|")
+        return "|".join(
+            p
+            + "".join(
+                f",{nm}={'None' if d is None else d}" for nm, d in zip(self.extra_names, dims)
+            )
+            for p, dims in zip(parts, self.extra_dims)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["id"] = self.id
+        d["extras"] = [
+            {"name": nm, "in_dims": [dims[g] for dims in self.extra_dims]}
+            for g, nm in enumerate(self.extra_names)
+        ]
+        return d
+
+    def combined(self, sizes: Sequence[int]) -> Plan:
+        """The plan over (arguments..., group 0..., group 1...) the batching helpers read."""
+        return Plan(
+            tuple(
+                dataclasses.replace(
+                    lv,
+                    in_dims=(*lv.in_dims, *(d for d, k in zip(dims, sizes) for _ in range(k))),
+                )
+                for lv, dims in zip(self.levels, self.extra_dims)
+            ),
+            self.strategy,
+        )
+
+
+#: Positions of a group of extras in the three-level plans (PyTorch's tests batch an
+#: argument at 0 or not at all; -1 for the extras is vmap_of_vjp's and vmap_of_jvp's).
+GROUP_CHOICES: tuple[int | None, ...] = (None, 0)
+
+
+def _ends(choices: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
+    """A unit's positions without the interior one (None, 0, -1): the interior positions are
+    the vmap and two-level checks' (each torch.func level sees the same batched tensor)."""
+    return [c for c in choices if all(d in (None, 0, -1) for d in c.values())]
+
+
+def groups_plans(names: tuple[str, ...]) -> Callable[[ArgLayout, Options], list[Plan | None]]:
+    """The Function's units (None, 0, -1) and one unit per group of extras (None, 0) in a
+    strength-2 covering array (exhaustive under the cap); out_dims 0 (the other out_dims
+    are the vmap and two-level checks')."""
+
+    def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
+        units = layout.units()
+        if not units:
+            return []
+        b = options.batch_sizes[0]
+        cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
+        per_unit = [_ends(unit_choices(layout, u)) for u in units]
+        sizes = [*(len(c) for c in per_unit), *(len(GROUP_CHOICES) for _ in names)]
+        rows, strategy = choose_rows(sizes, cap, options.seed, any_batched)
+        candidates: list[Plan] = []
+        for row in rows:
+            assignment: dict[Any, Any] = {}
+            for choices, r in zip(per_unit, row):
+                assignment.update(choices[r])
+            extras = tuple(GROUP_CHOICES[r] for r in row[len(per_unit) :])
+            level = LevelPlan(b, layout.in_dims(assignment))
+            candidates.append(GroupsPlan((level,), strategy, names, (extras,)))
+        out: list[Plan | None] = []
+        seen: set[str] = set()
+        for p in candidates:
+            if p.id not in seen:
+                seen.add(p.id)
+                out.append(p)
+        return out
+
+    return plans
+
+
+def _extras(
+    ctx: CaseContext, groups: Sequence[tuple[str, Sequence[torch.Tensor]]]
+) -> Callable[[tuple[int, ...]], list[torch.Tensor]]:
+    """Each slice's extras: every group drawn from its own generator (kind, slice path)."""
+
+    def make(key: tuple[int, ...]) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+        for kind, likes in groups:
+            out.extend(random_like(ctx.generator(kind, key), likes))
+        return out
+
+    return make
+
+
+def _per_slice_view(view: DiffView, args: Sequence[Any]) -> DiffView:
+    return dataclasses.replace(view, args=tuple(args))
+
+
+def run_groups(
+    ctx: CaseContext,
+    check: str,
+    groups: Sequence[tuple[str, Sequence[torch.Tensor]]],
+    actual_fn: Callable[..., tuple[Any, ...]],
+    references: Sequence[tuple[str, Callable[..., tuple[Any, ...]]]],
+    names: Sequence[str],
+    sides: str,
+    meaning: str,
+) -> str:
+    """vmap ``actual_fn`` over the arguments and the groups of extras as the plan batches them,
+    against a loop of the first reference in ``references`` that it matches (the message
+    names every reference tried when it matches none). Returns the reference's name."""
+    plan = ctx.plan
+    assert isinstance(plan, GroupsPlan)
+    full = plan.combined([len(likes) for _, likes in groups])
+    source = WithExtras(ctx.slices, _extras(ctx, groups))
+    label = f"{check} {plan.id}"
+    n = len(ctx.sample.args)
+    tried: list[Findings] = []
+    actual: tuple[Any, ...] | None = None
+    contract = Findings.of(ctx)
+    for ref_name, reference_fn in references:
+        try:
+            expected, returned_tuple = loop_reference(reference_fn, full, source)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise ReferenceRaised(
+                _reference_raised(ctx, label, full, source, actual_fn, ref_name, meaning, exc)
+            ) from exc
+        if actual is None:
+            out_dims = concrete_out_dims(full, expected, returned_tuple)
+            batched = build_batched_args(full, source)  # type: ignore[arg-type]
+            watch = Watch()
+            offsets = [n]
+            for _, likes in groups:
+                offsets.append(offsets[-1] + len(likes))
+            for i, a in enumerate(batched):
+                if i < n:
+                    watch.add(f"input {i}", a)
+                else:
+                    g = next(k for k in range(len(groups)) if i < offsets[k + 1])
+                    watch.add(f"batched {groups[g][0]} {i - offsets[g]}", a)
+            vf = vmapped(actual_fn, full, out_dims, randomness=ctx.vmap_randomness)
+            actual = as_tuple(attempt(label, vf, *batched))
+            watch.verify(label, contract, "the Function must leave its inputs and extras unchanged")
+            if len(actual) != len(expected):
+                contract.add(f"{label}: {len(actual)} results, reference {len(expected)}")
+            contract.raise_if_any()
+        found = Findings.of(ctx)
+        for nm, a, e in zip(names, actual, expected):
+            found.compare(f"{label}: {nm}, {sides} vs {ref_name} (reference)", a, e, e.dtype)
+        if not found.problems:
+            if len(references) > 1:
+                ctx.notes.append(f"{check}: matches {ref_name}")
+            return ref_name
+        tried.append(found)
+    merged = Findings.of(ctx)
+    for found in tried:
+        merged.problems.extend(found.problems[:2])
+    if len(references) > 1:
+        merged.hint(
+            "gradient=custom: matches none of the references ("
+            + "; ".join(name for name, _ in references)
+            + ")"
+        )
+    merged.raise_if_any()
+    return ""
+
+
+# --- per-slice eager references ------------------------------------------------------------
+
+
+def _split(view: DiffView, a: Sequence[Any]) -> tuple[tuple[Any, ...], list[Any], list[Any]]:
+    n, k = len(view.args), len(view.outs)
+    return tuple(a[:n]), list(a[n : n + k]), list(a[n + k :])
+
+
+def eager_first_and_double_backward(
+    view: DiffView, xs: Sequence[torch.Tensor], cots: Sequence[torch.Tensor], w: Sequence[Any]
+) -> tuple[torch.Tensor, ...]:
+    """``J(x)^T c`` and ``d<J(x)^T c, w>/d(x, c)`` by plain eager autograd (no torch.func)."""
+    n = len(view.diff)
+    with torch.enable_grad():
+        leaves = [p.detach().clone().requires_grad_(True) for p in (*xs, *cots)]
+        call = list(view.args)
+        for i, x in zip(view.diff, leaves):
+            call[i] = x
+        outs = restricted(view.entry, call, view.diff, view.outs)(*leaves[:n])
+        first = grad_where_connected(outs, leaves[:n], leaves[n:], create_graph=True)
+        if first is None:
+            zeros = tuple(torch.zeros_like(x) for x in leaves)
+            return (*zeros[:n], *zeros)
+        second = grad_where_connected(first, leaves, [t.detach().clone() for t in w])
+        if second is None:
+            second = tuple(torch.zeros_like(x) for x in leaves)
+    return (*(g.detach() for g in first), *(g.detach() for g in second))
+
+
+def eager_forward_over_reverse_both(
+    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """``J(x)^T c`` and its tangent along ``t`` by eager forward-mode AD (dual tensors)
+    through ``torch.autograd.grad``: the Function's own jvp gives what it saved a tangent."""
+    n = len(view.diff)
+    with fwAD.dual_level(), torch.enable_grad():
+        leaves = [p.detach().clone().requires_grad_(True) for p in primals[:n]]
+        duals = [fwAD.make_dual(x, t.detach().clone()) for x, t in zip(leaves, tangents[:n])]
+        cots = [
+            fwAD.make_dual(c.detach().clone(), t.detach().clone())
+            for c, t in zip(primals[n:], tangents[n:])
+        ]
+        outs = restricted(view.entry, view.args, view.diff, view.outs)(*duals)
+        grads = grad_where_connected(outs, leaves, cots)
+        if grads is None:
+            zeros = tuple(torch.zeros_like(x).detach() for x in leaves)
+            return (*zeros, *zeros)
+        primal_out, tangent_out = [], []
+        for g in grads:
+            p, t = fwAD.unpack_dual(g)
+            primal_out.append(p.detach().clone())
+            tangent_out.append(torch.zeros_like(p).detach() if t is None else t.detach().clone())
+    return (*primal_out, *tangent_out)
+
+
+def eager_double_backward_jvp_both(
+    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """``J(x)^T c`` and ``J_g t`` by eager reverse mode only (the double-vjp trick)."""
+    n = len(view.diff)
+    with torch.enable_grad():
+        leaves = [p.detach().clone().requires_grad_(True) for p in primals]
+        call = list(view.args)
+        for i, x in zip(view.diff, leaves):
+            call[i] = x
+        outs = restricted(view.entry, call, view.diff, view.outs)(*leaves[:n])
+        first = grad_where_connected(outs, leaves[:n], leaves[n:], create_graph=True)
+        if first is None:
+            zeros = tuple(torch.zeros_like(x) for x in leaves[:n])
+            return (*zeros, *zeros)
+        us = [torch.zeros_like(g).requires_grad_(True) for g in first]
+        vs = grad_where_connected(first, leaves, us, create_graph=True)
+        out = None
+        if vs is not None:
+            out = grad_where_connected(vs, us, [t.detach().clone() for t in tangents])
+        if out is None:
+            out = tuple(torch.zeros_like(g) for g in first)
+    return (*(g.detach() for g in first), *(o.detach() for o in out))
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def run_vmap_of_vjp_of_vjp(ctx: CaseContext) -> str:
+    view = sample_view(ctx)
+    xs = view.primals()
+    cots = [view.outputs[j] for j in view.outs]
+
+    def actual(*a: Any) -> tuple[Any, ...]:
+        args, c, w = _split(view, a)
+        g = first_order_vjp(view, args)
+        pulled = torch.func.vjp(g, *(args[i] for i in view.diff), *c)
+        first, vjp2 = pulled[0], pulled[1]
+        return (*first, *vjp2(tuple(w)))
+
+    def reference(*a: Any) -> tuple[Any, ...]:
+        args, c, w = _split(view, a)
+        v = _per_slice_view(view, args)
+        return eager_first_and_double_backward(v, v.primals(), c, w)
+
+    names = (
+        [f"grad of input {i}" for i in view.diff]
+        + [f"d<vjp, w>/d input {i}" for i in view.diff]
+        + [f"d<vjp, w>/d the cotangent of {view.out_name(j)}" for j in view.outs]
+    )
+    return run_groups(
+        ctx,
+        "vmap_of_vjp_of_vjp",
+        [("cotangents", cots), ("outer_cotangents", xs)],
+        actual,
+        [(LOOP_DOUBLE_BACKWARD, reference)],
+        names,
+        "vmap of torch.func.vjp of torch.func.vjp (the Function's double backward under vmap)",
+        "Eager double backward of the Function (torch.autograd.grad with create_graph=True, "
+        "then torch.autograd.grad) fails for its users",
+    )
+
+
+def run_vmap_of_jvp_of_vjp(ctx: CaseContext) -> str:
+    view = sample_view(ctx)
+    entry = ctx.entry
+    n = len(view.args)
+    plan = ctx.plan
+    assert isinstance(plan, GroupsPlan)
+    for lv, (_, tangent_dim) in zip(plan.levels, plan.extra_dims):
+        batched_inplace = [
+            i for i in entry.caps.inplace_args if i < n and lv.in_dims[i] is not None
+        ]
+        if batched_inplace and tangent_dim is None:
+            raise Unsupported(
+                f"argument {batched_inplace[0]} is modified in place (mark_dirty), so jvp must "
+                "update its tangent in place; with the argument batched and the tangent not, "
+                "vmap cannot write batched values into the unbatched tangent (torch's own "
+                "in-place ops such as exp_ raise the same way)"
+            )
+    xs = view.primals()
+    cots = [view.outputs[j] for j in view.outs]
+
+    def actual(*a: Any) -> tuple[Any, ...]:
+        args, c, t = _split(view, a)
+        g = first_order_vjp(view, args)
+        pushed = torch.func.jvp(g, (*(args[i] for i in view.diff), *c), tuple(t))
+        return (*pushed[0], *pushed[1])
+
+    def by(
+        fn: Callable[[DiffView, Sequence[Any], Sequence[Any]], tuple[Any, ...]],
+    ) -> Callable[..., tuple[Any, ...]]:
+        def reference(*a: Any) -> tuple[Any, ...]:
+            args, c, t = _split(view, a)
+            v = _per_slice_view(view, args)
+            return fn(v, [*v.primals(), *c], t)
+
+        return reference
+
+    references = [(LOOP_FORWARD_OVER_REVERSE, by(eager_forward_over_reverse_both))]
+    if is_custom(entry):
+        references.append((LOOP_DOUBLE_BACKWARD_JVP, by(eager_double_backward_jvp_both)))
+    names = [f"grad of input {i}" for i in view.diff] + [
+        f"tangent of the grad of input {i}" for i in view.diff
+    ]
+    return run_groups(
+        ctx,
+        "vmap_of_jvp_of_vjp",
+        [("cotangents", cots), ("tangents", [*xs, *cots])],
+        actual,
+        references,
+        names,
+        "vmap of torch.func.jvp of torch.func.vjp (forward-over-reverse under vmap)",
+        "Eager forward-over-reverse of the Function (torch.autograd.forward_ad dual tensors "
+        "through torch.autograd.grad) fails for its users",
+    )
+
+
+register(
+    CheckSpec(
+        "vmap_of_vjp_of_vjp",
+        _with_fixed_rng(run_vmap_of_vjp_of_vjp),
+        groups_plans(("cotangents", "outer_cotangents")),
+        _first(needs_vmap, _needs_backward, _needs_double_backward),
+        "autodiff",
+        LOOP_DOUBLE_BACKWARD,
+        "vmap over (primals, cotangents, outer cotangents) of torch.func.vjp of torch.func.vjp "
+        "(PyTorch's test_vmapvjpvjp): first-order grads and the double backward, pairwise "
+        "plans over the primals and both cotangent levels",
+    )
+)
+register(
+    CheckSpec(
+        "vmap_of_jvp_of_vjp",
+        _with_fixed_rng(run_vmap_of_jvp_of_vjp),
+        groups_plans(("cotangents", "tangents")),
+        _first(needs_vmap, _needs_backward, _needs_jvp, _needs_double_backward),
+        "autodiff",
+        LOOP_FORWARD_OVER_REVERSE,
+        "vmap over (primals, cotangents, tangents) of torch.func.jvp of torch.func.vjp "
+        "(PyTorch's test_vmapjvpvjp), pairwise plans over the primals, cotangents and tangents",
+    )
+)
