@@ -48,6 +48,19 @@ def _import_error_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}{where}" if first else f"{type(e).__name__}{where}"
 
 
+def same_spec(named: str, recorded: str) -> bool:
+    """Whether a spec the user named is the one a report or certificate recorded: equal,
+    or for a file the same file name and attribute (the record holds the path on the
+    machine that wrote it; the user's copy may live elsewhere)."""
+    if named == recorded:
+        return True
+    n_mod, _, n_attr = named.rpartition(":")
+    r_mod, _, r_attr = recorded.rpartition(":")
+    if not (is_path(n_mod) and is_path(r_mod)) or n_attr != r_attr:
+        return False
+    return os.path.basename(n_mod.replace("\\", "/")) == os.path.basename(r_mod.replace("\\", "/"))
+
+
 def file_module_name(path: str) -> str:
     """The name a file target is imported under: its stem, so a reproducer can import it too."""
     return os.path.splitext(os.path.basename(path))[0]

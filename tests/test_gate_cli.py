@@ -298,8 +298,8 @@ def test_repro_script_reproduces_the_failure_standalone(tmp_path, capsys):
     assert rc == 0 and str(script) in out
     script2 = tmp_path / "repro_contract.py"
     rc, _, _ = run_main(
-        capsys, "repro", contract["id"], "--report", str(report), "-o", str(script2)
-    )
+        capsys, "repro", contract["id"], *BROKEN, "--report", str(report), "-o", str(script2)
+    )  # the report's Function, named by the user (a report's word imports nothing)
     assert rc == 0
     text = script.read_text()
     assert "import harness" not in text and "from harness" not in text

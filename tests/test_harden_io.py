@@ -94,7 +94,10 @@ def test_repro_of_a_report_with_a_hostile_entry_name_runs_nothing(small_report, 
     )
     script = tmp_path / "repro.py"
     case_id = f"{HOSTILE_ID}/vmap/s0/in_dims=(0,)"
-    proc = _afdb(["repro", case_id, "--report", str(report_path), "-o", str(script)], tmp_path)
+    named = [f"{HOSTILE}:Correct", "--samples", f"{HOSTILE}:samples"]  # named by the user
+    proc = _afdb(
+        ["repro", case_id, *named, "--report", str(report_path), "-o", str(script)], tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = script.read_text()
     tree = ast.parse(text)
@@ -191,7 +194,17 @@ def test_a_non_regular_output_is_refused_before_the_run(tmp_path, kind, capsys):
 
 def test_repro_output_to_a_device_is_refused(small_report, capsys):
     code = cli.main(
-        ["repro", "Correct/vmap/s0/in_dims=(0,)", "--report", str(small_report), "-o", "/dev/null"]
+        [
+            "repro",
+            "Correct/vmap/s0/in_dims=(0,)",
+            f"{HOSTILE}:Correct",
+            "--samples",
+            f"{HOSTILE}:samples",
+            "--report",
+            str(small_report),
+            "-o",
+            "/dev/null",
+        ]
     )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err

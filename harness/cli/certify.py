@@ -65,7 +65,10 @@ def add_parsers(sub: Any) -> None:
         help="import MODULE first (registers a PrivateUse1 device or a compile backend); repeatable",
     )
     p.add_argument(
-        "--verify", metavar="CERT.json", help="re-run what a certificate covers and compare"
+        "--verify",
+        metavar="CERT.json",
+        help="re-run what a certificate covers and compare; imports only what you name "
+        "(--subclass, --compile, --import: the certificate's backend, after reading it)",
     )
     p.add_argument("--source", default="afdb", help="entry source: afdb (default) or pytorch")
     p.add_argument(
@@ -80,7 +83,9 @@ def add_parsers(sub: Any) -> None:
 def backend_from_args(args: argparse.Namespace) -> Any:
     from harness.certify.backends import COMPILE, DEVICE, SUBCLASS, Backend, BackendError
 
-    given = [f for f in ("device", "subclass", "compile", "verify") if getattr(args, f)]
+    if args.verify:  # the backend is the certificate's, checked against what is named
+        return None
+    given = [f for f in ("device", "subclass", "compile") if getattr(args, f)]
     if len(given) != 1:
         raise BackendError(
             "give exactly one of --device D, --subclass module:Class, --compile BACKEND or "
@@ -88,8 +93,6 @@ def backend_from_args(args: argparse.Namespace) -> Any:
         )
     if args.mode and not args.compile:
         raise BackendError("--mode goes with --compile BACKEND")
-    if given[0] == "verify":
-        return None
     kind = {"device": DEVICE, "subclass": SUBCLASS, "compile": COMPILE}[given[0]]
     name = getattr(args, given[0])
     options = {"mode": args.mode} if args.mode else {}
@@ -251,12 +254,6 @@ def _relative(path: str) -> str:
         return path
 
 
-def _absolute(path: str) -> str:
-    """A path the certificate recorded relative to the suite's root (or absolute)."""
-    root = SUITE_ROOT
-    return str(root / path) if not os.path.isabs(path) else path
-
-
 def certify(
     args: argparse.Namespace, backend: Any, *, quiet_summary: bool = False
 ) -> tuple[dict[str, Any], Any]:
@@ -401,7 +398,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"afdb certify --verify {args.verify}: the certificate was edited ({'; '.join(found)})"
         )
         return 1
-    backend = Backend.from_spec(cert["backend"])
+    from harness.certify.trust import verified_backend
+
+    backend = verified_backend(  # nothing the certificate names is imported unless named
+        Backend.from_spec(cert["backend"]),
+        device=args.device,
+        subclass=args.subclass,
+        compile=args.compile,
+        mode=args.mode,
+        imports=args.imports,
+    )
     scope = cert["scope"]
     opts = scope["options"]
     rerun = argparse.Namespace(**vars(args))
@@ -419,14 +425,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if scope.get("expectations") is None:
             rerun.no_expectations = True
         else:
-            rerun.expectation_sources = [
-                _absolute(p) for p in str(scope["expectations"]).split(" + ")
-            ]
+            from harness.certify.trust import recorded_expectations
+
+            rerun.expectation_sources = recorded_expectations(scope["expectations"], SUITE_ROOT)
             missing = [p for p in rerun.expectation_sources if not os.path.exists(p)]
             if missing:
                 raise UsageError(
-                    f"the certificate was made with the expectations {missing[0]}, which is "
-                    "not here; give the file with --expectations"
+                    f"the certificate was made with the expectations {_relative(missing[0])}, "
+                    "which is not here; give the file with --expectations"
                 )
     rerun.json = rerun.markdown = rerun.html = None
     if not args.quiet:

@@ -8,6 +8,7 @@ then gets ``crash`` and the run goes on, instead of taking the command down.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import os
 import re
@@ -144,7 +145,11 @@ def add_parsers(sub: Any) -> None:
         "target", nargs="?", metavar="TARGET", help="the user Function (as for afdb check)"
     )
     r.add_argument("--target", dest="target_opt", help=argparse.SUPPRESS)
-    r.add_argument("--report", help="take TARGET, seed, dtype and batch sizes from a JSON report")
+    r.add_argument(
+        "--report",
+        help="take seed, dtype, batch sizes and capabilities from a JSON report; a report of "
+        "your own Function needs TARGET (and --samples) named too: a report's word imports nothing",
+    )
     _add_target_options(r)
     r.add_argument("--seed", type=int, default=None)
     r.add_argument(
@@ -382,6 +387,34 @@ def _report_settings(path: str) -> dict[str, Any]:
     return report_settings(path)
 
 
+def _names_the_recorded(spec: Any, recorded: dict[str, Any]) -> bool:
+    """Whether the TARGET (and --samples) the user named are the report's target spec."""
+    from harness.targets import same_spec
+
+    samples = recorded.get("samples")
+    if not same_spec(spec.target, recorded["target"]):
+        return False
+    return (spec.samples is None and samples is None) or (
+        spec.samples is not None and samples is not None and same_spec(spec.samples, samples)
+    )
+
+
+def _name_it_yourself(args: argparse.Namespace, recorded: dict[str, Any]) -> str:
+    """The refusal when a report's cases are of a user Function the user did not name."""
+    command = ["afdb", "repro", args.case_id, recorded["target"]]
+    if recorded.get("samples"):
+        command += ["--samples", recorded["samples"]]
+    command += ["--report", args.report]
+    shown = visible(" ".join(shlex.quote(c) for c in command), keep_newlines=False)
+    samples = f" with the samples {recorded['samples']}" if recorded.get("samples") else ""
+    return visible(
+        f"--report {args.report}: its cases are of the Function {recorded['target']}{samples}, "
+        "which afdb does not import on a report's word; to reproduce one, name it yourself, "
+        f"after reading it: {shown}",
+        keep_newlines=False,
+    )
+
+
 def cmd_repro(args: argparse.Namespace) -> int:
     from harness.core.errors import UsageError
     from harness.engine.cases import find_case
@@ -420,12 +453,23 @@ def cmd_repro(args: argparse.Namespace) -> int:
             nested_batch_sizes=parse_int_list(args.nested_batch_sizes, "--nested-batch-sizes")
         )
     spec = None
+    recorded = md.get("target_spec")
+    from_report = False
+    if recorded and not target_text:  # a report names code: it runs only if the user names it
+        raise CliError(_name_it_yourself(args, recorded))
     if target_text:
         spec = spec_from_args(args, target_text)
-    elif md.get("target_spec"):
-        spec = TargetSpec.from_dict(md["target_spec"])
+        if recorded and _names_the_recorded(spec, recorded):
+            # the report's settings (capabilities, batch sizes), the user's own names
+            spec = dataclasses.replace(
+                TargetSpec.from_dict(recorded),
+                target=spec.target,
+                samples=spec.samples,
+                base_dir=os.getcwd(),
+            )
+            from_report = True
     if spec is not None:
-        if args.report and not target_text:
+        if from_report:
             options = options.replace(
                 batch_sizes=tuple(md.get("batch_sizes", options.batch_sizes)),
                 nested_batch_sizes=tuple(md.get("nested_batch_sizes", options.nested_batch_sizes)),

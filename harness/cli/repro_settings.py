@@ -3,7 +3,10 @@
 A report is data from elsewhere (a CI artifact, a colleague): it is read through the
 schema (its version; the type and range of every metadata field the reproducer uses),
 then what a schema cannot say is checked, naming the field: ``metadata.target_spec.target:
-'os; rm -rf /:x' is not a module path``. Only then is a target imported.
+'os; rm -rf /:x' is not a module path``. The report's target is never imported on its word:
+``afdb repro`` refuses a report of a user Function unless the user names TARGET (and
+``--samples``) on the command line, and takes the report's settings only when what the user
+named is the report's target (``harness.targets.same_spec``).
 """
 
 from __future__ import annotations
