@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
-from harness.cli.run import execute, worker_count
+from harness.cli.run import controller_threads, execute, worker_count
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
 from harness.core.textsafe import visible
@@ -89,6 +89,15 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="rewrite --expectations FILE from this run (new failures get a reason placeholder)",
     )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep running: check again each time the target's (or the samples') file changes, "
+        "in this process with torch already imported",
+    )
+    # For tests and benchmarks: stop after N runs; seconds between looks at the files.
+    p.add_argument("--watch-iterations", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--watch-interval", type=float, default=None, help=argparse.SUPPRESS)
     # A user's samples keep their own dtypes unless --dtype is given.
     p.set_defaults(func=cmd_check, isolate=True, dtype=None)
     for action in p._actions:
@@ -208,6 +217,15 @@ def print_check_summary(result: RunResult) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False):
+        from harness.cli.watch import run_watch
+
+        return run_watch(args, check_once)
+    return check_once(args)
+
+
+def check_once(args: argparse.Namespace) -> int:
+    """One ``afdb check`` run: load the target, run its cases, print and write the reports."""
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
 
     options = options_from_args(args)
@@ -216,6 +234,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     check_output_paths(args)
     if args.accept and not args.expectations:
         raise CliError("--accept needs --expectations FILE (the file to write)")
+    controller_threads(args)
     spec = spec_from_args(args, args.target)
     entry, options = prepared(spec, options)
     if not args.quiet:

@@ -47,11 +47,9 @@ class Progress:
             self.current = r.entry
         status = r.status
         if self.expectations is not None:
-            import dataclasses
+            from harness.expectations import status_after
 
-            from harness.expectations import apply
-
-            status = apply(self.expectations, dataclasses.replace(r)).status
+            status = status_after(self.expectations, r)
         self.counts[status] = self.counts.get(status, 0) + 1
         self.seconds += r.duration_s
 
@@ -230,6 +228,19 @@ def execute(
     return result
 
 
+def controller_threads(args: argparse.Namespace) -> None:
+    """One intra-op thread for a controller whose cases run in forked workers (which use
+    one each): it only draws samples and enumerates cases, and a pool of idle intra-op
+    threads woken for each tiny op costs it more than it gives."""
+    if worker_count(args) > 0:
+        from harness.engine.parallel import engine
+
+        if engine() == "fork":
+            import torch
+
+            torch.set_num_threads(1)
+
+
 def worker_count(args: argparse.Namespace) -> int:
     """Worker processes for this command: ``-n`` as given (auto: the physical cores), else
     one for ``afdb check`` (isolation by default) and none (in this process) for ``afdb run``."""
@@ -273,6 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     options = options_from_args(args)
     check_output_paths(args)
+    controller_threads(args)
     everything = load_source(args.source)
     entries = select_entries(everything, args.names)
     options = options_for_source(args.source, entries, options)

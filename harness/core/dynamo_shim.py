@@ -114,8 +114,8 @@ def install() -> bool:
     global _original
     if _forbidden:
         return False
-    if _original is not None:
-        return installed()
+    if _original is not None:  # installed (every case asks: no more than a look at a global)
+        return True
     module = _module()
     if not compatible():
         return False

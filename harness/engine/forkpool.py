@@ -23,6 +23,7 @@ case ``crash`` or ``timeout``; a fresh worker is forked and the run goes on.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import selectors
@@ -105,9 +106,20 @@ def _batch_size(remaining: int, workers: int) -> int:
 
 
 def _worker_main(
-    run_one: RunOne, commands: int, results: int, faults_path: str, watchdog_s: float | None
+    run_one: RunOne,
+    commands: int,
+    results: int,
+    faults_path: str,
+    watchdog_s: float | None,
+    watchdog_slack_s: float = 0.0,
 ) -> None:
-    """The body of a forked worker: run the batches it is sent, report each case."""
+    """The body of a forked worker: run the batches it is sent, report each case.
+
+    The watchdog (``faulthandler.dump_traceback_later``) starts a thread each time it is
+    armed and waits for it to end when cancelled, which under a busy machine is
+    milliseconds per case. So it is armed again only when the case about to start is more
+    than ``watchdog_slack_s`` past the last arming (a case then still gets at least
+    ``watchdog_s - watchdog_slack_s`` before it fires), and cancelled once per batch."""
     import faulthandler
 
     import torch
@@ -128,6 +140,7 @@ def _worker_main(
         out.write(line)
         out.flush()
 
+    armed_at: float | None = None
     for line in inp:
         text = line.decode().strip()
         if text == "q" or not text:
@@ -136,11 +149,15 @@ def _worker_main(
         for i in range(first, last):
             send(f"S {i}\n".encode())
             if watchdog_s:
-                faulthandler.dump_traceback_later(watchdog_s, exit=True, file=faults)
+                now = time.monotonic()
+                if armed_at is None or now - armed_at > watchdog_slack_s:
+                    faulthandler.dump_traceback_later(watchdog_s, exit=True, file=faults)
+                    armed_at = now
             record = run_one(i)
-            if watchdog_s:
-                faulthandler.cancel_dump_traceback_later()
             send(b"R " + json.dumps(record.to_dict()).encode() + b"\n")
+        if armed_at is not None:  # waiting for the next batch is no case's time
+            faulthandler.cancel_dump_traceback_later()
+            armed_at = None
         send(b"D\n")
 
 
@@ -157,6 +174,7 @@ class ForkPool:
         *,
         watchdog_s: float | None = None,
         backstop_s: float | None = None,
+        watchdog_slack_s: float = 0.0,
     ) -> None:
         self.count = count
         self.workers = max(1, min(workers, count))
@@ -165,6 +183,7 @@ class ForkPool:
         self.not_run = not_run
         self.fruitless = 0  # workers in a row that died outside any case
         self.watchdog_s = watchdog_s
+        self.watchdog_slack_s = watchdog_slack_s  # see ``_worker_main``
         self.backstop_s = backstop_s  # the controller kills a worker silent past this
         #: Cases not yet sent: one contiguous region per worker (see ``_send``).
         self.regions = _regions(count, self.workers)
@@ -192,7 +211,12 @@ class ForkPool:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        # What exists now is the worker's inheritance: frozen, the worker's garbage collector
+        # never walks it, so its pages stay shared instead of being copied on first touch.
+        gc.freeze()
         pid = os.fork()
+        if pid != 0:
+            gc.unfreeze()
         if pid == 0:  # the worker: never returns into the controller's code
             code = 0
             try:
@@ -201,7 +225,14 @@ class ForkPool:
                 for w in self.live.values():
                     os.close(w.to_worker)
                     os.close(w.from_worker)
-                _worker_main(self.run_one, cmd_r, res_w, faults_path, self.watchdog_s)
+                _worker_main(
+                    self.run_one,
+                    cmd_r,
+                    res_w,
+                    faults_path,
+                    self.watchdog_s,
+                    self.watchdog_slack_s,
+                )
             except BaseException:
                 code = 70
             finally:
@@ -350,6 +381,7 @@ def run_forked(
     not_run: NotRun,
     *,
     watchdog_s: float | None = None,
+    watchdog_slack_s: float = 0.0,
     collect: dict[int, CaseResult] | None = None,
 ) -> dict[int, CaseResult]:
     """Run cases ``0 .. count-1`` in forked workers (see the module docstring)."""
@@ -361,6 +393,7 @@ def run_forked(
         not_run,
         watchdog_s=watchdog_s,
         backstop_s=(watchdog_s + 30.0) if watchdog_s else None,
+        watchdog_slack_s=watchdog_slack_s,
     )
     try:
         return pool.run()

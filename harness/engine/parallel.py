@@ -361,9 +361,11 @@ def _run_forked(
     done: dict[str, CaseResult],
 ) -> None:
     """The cases in workers forked from this process (see harness.engine.forkpool)."""
-    from harness.engine import forkpool
+    from harness.engine import forkpool, warmup
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
     from harness.engine.runner import run_case
+
+    warmup.warm_for(cases)  # what torch loads on first use: once here, not in every worker
 
     def run_one(i: int) -> CaseResult:
         case = cases[i]
@@ -381,6 +383,7 @@ def _run_forked(
         return r
 
     limit = options.timeout_s or DEFAULT_TIMEOUT_S
+    grace = forkpool.watchdog_grace(limit)
     by_index: dict[int, CaseResult] = {}
     try:
         forkpool.run_forked(
@@ -389,7 +392,9 @@ def _run_forked(
             run_one,
             on_death,
             not_run,
-            watchdog_s=limit + forkpool.watchdog_grace(limit),
+            watchdog_s=limit + grace,
+            # a case gets at least its limit and half the grace before the watchdog fires
+            watchdog_slack_s=grace / 2,
             collect=by_index,
         )
     finally:
