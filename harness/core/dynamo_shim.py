@@ -40,6 +40,10 @@ _original: Callable[..., Any] | None = None
 _forbidden = os.environ.get("AFDB_DYNAMO_SHIM", "1") == "0"
 
 
+def _dynamo_imported() -> bool:
+    return "torch._dynamo" in sys.modules
+
+
 def _module() -> Any:
     import torch._functorch.eager_transforms as eager_transforms
 
@@ -63,7 +67,7 @@ def _autograd_grad_without_dynamo(
     inputs they do not reach); without ``torch._dynamo`` unless it is imported already."""
     original = _original
     assert original is not None
-    if "torch._dynamo" in sys.modules:  # it may have enabled compiled autograd: torch's way
+    if _dynamo_imported():  # it may have enabled compiled autograd: torch's own way
         return original(outputs, inputs, grad_outputs, retain_graph, create_graph)  # type: ignore[no-any-return]
     if grad_outputs is None:
         used = [o for o in outputs if o.requires_grad]

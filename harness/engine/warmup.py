@@ -33,7 +33,7 @@ def _backward() -> None:
     with torch.enable_grad():
         x = _ones().requires_grad_(True)
         torch.autograd.grad(torch.sin(x), x, _ones())
-    _, vjp_fn = torch.func.vjp(torch.sin, _ones())
+    vjp_fn = torch.func.vjp(torch.sin, _ones())[1]
     vjp_fn(_ones())
 
 
