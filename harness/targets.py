@@ -121,6 +121,53 @@ def import_module(module: str, what: str) -> ModuleType:
         raise UsageError(f"{what}: importing {module} failed: {_import_error_line(e)}") from e
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """Where code that is not the user's lives: the Python installation (standard library and
+    site-packages), this suite and its registry."""
+    import sysconfig
+
+    from harness.core.paths import PACKAGE_DIR
+
+    dirs = {os.path.abspath(p) for p in sysconfig.get_paths().values() if p}
+    dirs |= {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    dirs.add(os.path.abspath(str(PACKAGE_DIR)))
+    import autograd_function_db
+
+    dirs.add(os.path.dirname(os.path.abspath(autograd_function_db.__file__ or "")))
+    return tuple(sorted(dirs))
+
+
+def user_modules(names: set[str]) -> list[str]:
+    """Those of the modules ``names`` (in ``sys.modules``) that are the user's own code: a
+    source file outside the Python installation, site-packages, this suite and its registry."""
+    library = _library_dirs()
+    out = []
+    for name in sorted(names):
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None) if module is not None else None
+        if not path:
+            continue
+        path = os.path.abspath(path)
+        if "site-packages" in path or "dist-packages" in path:
+            continue
+        if any(path == d or path.startswith(d + os.sep) for d in library):
+            continue
+        out.append(name)
+    return out
+
+
+def forget_modules(names: set[str] | list[str]) -> None:
+    """Drop the modules ``names`` (the user's: ``user_modules``) so the next load of a target
+    imports their current source (``afdb check --watch``)."""
+    for name in names:
+        module = sys.modules.pop(name, None)
+        if module is None:
+            continue
+        for path, cached in list(_FILE_MODULES.items()):
+            if cached is module:
+                del _FILE_MODULES[path]
+
+
 def load_attr(spec: str, what: str) -> Any:
     """The object named by ``spec`` (``attr`` may be dotted: ``mod:Class.attr``)."""
     module, attr = split_spec(spec, what)

@@ -22,6 +22,7 @@ from harness.checks.autodiff_refs import (
     COMPOSITE_PLAN_CAP,
     LOOP_JVP_REFERENCE,
     LOOP_VJP_REFERENCE,
+    DiffView,
     Findings,
     Watch,
     _all_outputs,
@@ -52,7 +53,7 @@ from harness.plans.plan import (
     single_level_plans,
     unit_choices,
 )
-from harness.plans.slices import PlanSlices, SliceSource, build_batched_args
+from harness.plans.slices import PlanSlices, SliceSource, build_batched_args, derive_seed
 
 # --- autodiff composed with vmap -------------------------------------------------------------
 
@@ -90,7 +91,12 @@ class CompositePlan(Plan):
 
 
 class WithExtras:
-    """A SliceSource look-alike: each slice's arguments followed by its own random extras."""
+    """A SliceSource look-alike: each slice's arguments followed by its own random extras.
+
+    One is kept per sample and kind of extras (``extras_source``), so like a ``SliceSource``
+    it keeps what the sample's cases share: the extras drawn per slice path, plan readers,
+    per-slice call arguments and stacks (each handed out as a copy), and the per-slice
+    outputs of the eager references (``PlanSlices.outputs_kept``)."""
 
     def __init__(
         self, slices: SliceSource, make: Callable[[tuple[int, ...]], list[torch.Tensor]]
@@ -101,8 +107,12 @@ class WithExtras:
         self._peeked: dict[tuple[int, ...], tuple[Any, ...]] = {}
         #: Plan readers (``PlanSlices.of``): the loop and the batched call of a case share one.
         self._readers: dict[str, PlanSlices] = {}
+        #: Per-slice call arguments and reference outputs (see ``SliceSource``).
+        self._call_slices: dict[tuple[Any, ...], dict[tuple[int, ...], tuple[Any, ...]]] = {}
+        self._slice_outputs: dict[tuple[Any, ...], dict[tuple[int, ...], Any]] = {}
         self._n_args = len(slices.peek(()))
         self._stacks = getattr(slices, "stacks", None)
+        self._extra_stacks: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def _extras(self, path: tuple[int, ...]) -> list[torch.Tensor]:
         key = tuple(path)
@@ -116,11 +126,10 @@ class WithExtras:
         return (*self._slices.args(path), *(e.clone() for e in self._extras(path)))
 
     def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
-        """The source's kept stacks for the Function's arguments; none for the extras (drawn
-        per case)."""
-        if index < self._n_args and self._stacks is not None:
-            return self._stacks(index)
-        return None
+        """The source's kept stacks for the Function's arguments, this one's for the extras."""
+        if index >= self._n_args:
+            return self._extra_stacks
+        return self._stacks(index) if self._stacks is not None else None
 
     def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
         """The cached arguments and extras at ``path``, only to be read (see
@@ -205,19 +214,62 @@ def _jvp_of_vmap_plans(layout: ArgLayout, options: Options) -> list[Plan | None]
     ]
 
 
-def _extras_maker(
-    ctx: CaseContext, kind: str, likes: Sequence[torch.Tensor]
-) -> Callable[[tuple[int, ...]], list[torch.Tensor]]:
-    return lambda key: random_like(ctx.generator(kind, key), likes)
+#: What the per-slice references call, naming the outputs they keep: the composite checks
+#: of one sample share them (``loop_reference``'s ``reuse``, ``PlanSlices.outputs_kept``).
+EAGER_VJP = "eager vjp (reference)"
+EAGER_JVP = "eager jvp (reference)"
+
+
+def extras_source(
+    ctx: CaseContext, kind: str, likes: Sequence[torch.Tensor], view: DiffView
+) -> WithExtras:
+    """The slices of the case's sample, each followed by its own random ``kind``
+    (cotangents or tangents shaped like ``likes``), drawn from a seed of the sample and the
+    slice path, so every case of the sample reads the same ones.
+
+    Kept by the sample's slice source, with the per-slice reference outputs it keeps, for
+    the sample's later cases of every composite check: a plan differs from another in where
+    the batch dims sit, not in the slices and extras it reads. A random entry's seeded call
+    is a new callable per case: nothing is kept for it (``reusing``)."""
+    kept = getattr(ctx.slices, "views", None) if reusing(ctx) else None
+    key = ("extras", kind, ctx.entry.call, view.diff, view.outs)
+    try:
+        source = kept.get(key) if kept is not None else None
+    except TypeError:  # an unhashable callable
+        kept, source = None, None
+    if source is not None:
+        return source  # type: ignore[no-any-return]
+    parts = (ctx.options.seed, ctx.entry.name, ctx.sample_index, kind)
+
+    def make(path: tuple[int, ...]) -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(derive_seed(*parts, path))
+        return random_like(gen, likes)
+
+    source = WithExtras(ctx.slices, make)
+    if kept is not None:
+        kept[key] = source
+    return source
+
+
+def reusing(ctx: CaseContext) -> bool:
+    """Whether per-slice reference outputs may be kept for the sample's later cases: the
+    eager call is deterministic on its inputs (not a random entry's seeded call)."""
+    return not ctx.entry.caps.randomness
+
+
+def _reference_key(ctx: CaseContext, what: str, view: DiffView) -> Any:
+    return (what, ctx.entry.call, view.diff, view.outs) if reusing(ctx) else None
 
 
 def _run_composite(
     ctx: CaseContext,
     check: str,
     kind: str,
-    likes: Sequence[torch.Tensor],
+    source: WithExtras,
+    n_extras: int,
     actual_fn: Callable[..., tuple[Any, ...]],
     reference_fn: Callable[..., tuple[Any, ...]],
+    reuse: Any,
     names: Sequence[str],
     sides: str,
     reference_name: str = "",
@@ -226,11 +278,10 @@ def _run_composite(
     plan = ctx.plan
     assert isinstance(plan, CompositePlan)
     findings = Findings.of(ctx)
-    full = plan.combined(len(likes))
-    source = WithExtras(ctx.slices, _extras_maker(ctx, kind, likes))
+    full = plan.combined(n_extras)
     label = f"{check} {plan.id}"
     try:
-        expected, returned_tuple = loop_reference(reference_fn, full, source)  # type: ignore[arg-type]
+        expected, returned_tuple = loop_reference(reference_fn, full, source, reuse=reuse)  # type: ignore[arg-type]
     except Exception as exc:
         raise ReferenceRaised(
             _reference_raised(ctx, label, full, source, actual_fn, reference_name, meaning, exc)
@@ -324,13 +375,16 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
     def reference(*a: Any) -> tuple[Any, ...]:
         return eager_vjp(entry, a[:n], view.diff, view.outs, list(a[n:]))
 
+    likes = [view.outputs[j] for j in view.outs]
     _run_composite(
         ctx,
         "vmap_of_vjp",
         "cotangents",
-        [view.outputs[j] for j in view.outs],
+        extras_source(ctx, "cotangents", likes, view),
+        len(likes),
         actual,
         reference,
+        _reference_key(ctx, EAGER_VJP, view),
         [f"grad of input {i}" for i in view.diff],
         f"vmap of torch.func.vjp (the Function's backward under vmap) vs {LOOP_VJP_REFERENCE} (reference)",
         "loop of per-slice eager vjps (torch.autograd.grad, the reference)",
@@ -365,13 +419,16 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
     def reference(*a: Any) -> tuple[Any, ...]:
         return eager_jvp(entry, a[:n], view.diff, view.outs, list(a[n:]))
 
+    likes = view.primals()
     _run_composite(
         ctx,
         "vmap_of_jvp",
         "tangents",
-        view.primals(),
+        extras_source(ctx, "tangents", likes, view),
+        len(likes),
         actual,
         reference,
+        _reference_key(ctx, EAGER_JVP, view),
         [f"primal {view.out_name(j)}" for j in view.outs]
         + [f"tangent of {view.out_name(j)}" for j in view.outs],
         f"vmap of torch.func.jvp (the Function's jvp under vmap) vs {LOOP_JVP_REFERENCE} (reference)",
@@ -395,34 +452,48 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
     out_dims = concrete_out_dims(plan, stacked, returned_tuple)
     reader = PlanSlices.of(plan, ctx.slices)
     batched = reader.batched()
-    cots = random_like(ctx.generator("cotangents"), [stacked[j] for j in view.outs])
+    n, levels = len(view.args), plan.levels
+    # Each slice's cotangents are the sample's (``extras_source``): the batched cotangent
+    # stacks them at out_dims, and each slice's eager vjp is the one vmap_of_vjp keeps for
+    # the plans that batch the same arguments with the cotangents batched.
+    source = extras_source(ctx, "cotangents", [view.outputs[j] for j in view.outs], view)
+    full = Plan(
+        tuple(
+            dataclasses.replace(lv, in_dims=(*lv.in_dims, *([0] * len(view.outs)))) for lv in levels
+        ),
+        plan.strategy,
+    )
+    slices_with_cots = PlanSlices.of(full, source)  # type: ignore[arg-type]
+    key = _reference_key(ctx, EAGER_VJP, view)
+    kept = slices_with_cots.outputs_kept(key) if key is not None else None
 
     def out_dim(level: int, j: int) -> int:
         od = out_dims[level]
         return od[j] if isinstance(od, tuple) else od
 
-    def reference(level: int, path: tuple[int, ...], cs: list[torch.Tensor]) -> list[torch.Tensor]:
-        if level == len(plan.levels):
-            args = reader.call_args(path)
-            return list(
-                attempt(
-                    "per-slice eager vjp (reference)",
-                    eager_vjp,
-                    entry,
-                    args,
-                    view.diff,
-                    view.outs,
-                    cs,
-                )
+    def slice_grads(path: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        hit = kept.get(path) if kept is not None else None
+        if hit is None:
+            a = slices_with_cots.call_args(path)
+            grads = attempt(
+                "per-slice eager vjp (reference)",
+                eager_vjp,
+                entry,
+                a[:n],
+                view.diff,
+                view.outs,
+                list(a[n:]),
             )
-        lv = plan.levels[level]
-        per = []
-        for b in range(lv.batch_size):
-            sliced = [
-                c.select(normalize_dim(out_dim(level, j), c.dim()), b)
-                for j, c in zip(view.outs, cs)
-            ]
-            per.append(reference(level + 1, (*path, b), sliced))
+            hit = (tuple(grads), None)  # as ``loop_reference`` keeps a slice's outputs
+            if kept is not None:
+                kept[path] = hit
+        return hit[0]  # type: ignore[no-any-return]
+
+    def reference(level: int, path: tuple[int, ...]) -> list[torch.Tensor]:
+        if level == len(levels):
+            return list(slice_grads(path))
+        lv = levels[level]
+        per = [reference(level + 1, (*path, b)) for b in range(lv.batch_size)]
         result = []
         for m, i in enumerate(view.diff):
             parts = [p[m] for p in per]
@@ -433,12 +504,19 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
                 result.append(torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1)))
         return result
 
-    expected = reference(0, (), cots)
+    def cotangent(m: int, j: int, level: int, path: tuple[int, ...]) -> torch.Tensor:
+        if level == len(levels):
+            return source.peek(path)[n + m]  # type: ignore[no-any-return]
+        parts = [cotangent(m, j, level + 1, (*path, b)) for b in range(levels[level].batch_size)]
+        return torch.stack(parts, dim=normalize_dim(out_dim(level, j), parts[0].dim() + 1))
+
+    cots = [cotangent(m, j, 0, ()) for m, j in enumerate(view.outs)]
+    expected = reference(0, ())
     label = f"grad_of_vmap {plan.id}"
     watch = Watch()
     for i, a in enumerate(batched):
         watch.add(f"input {i}", a)
-    cot_in = [c.clone() for c in cots]
+    cot_in = cots  # fresh stacks, only this case holds them
     for j, c in zip(view.outs, cot_in):
         watch.add(f"the cotangent of {view.out_name(j)}", c)
     vf = vmapped(fn, plan, out_dims, randomness=ctx.vmap_randomness)
@@ -485,7 +563,7 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
         ),
         plan.strategy,
     )
-    source = WithExtras(ctx.slices, _extras_maker(ctx, "tangents", view.primals()))
+    source = extras_source(ctx, "tangents", view.primals(), view)
 
     def reference(*a: Any) -> tuple[Any, ...]:
         return eager_jvp(entry, a[:n], view.diff, view.outs, list(a[n:]))
@@ -494,6 +572,7 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
         lambda *a: attempt("per-slice eager jvp (reference)", reference, *a),
         full,
         source,  # type: ignore[arg-type]
+        reuse=_reference_key(ctx, EAGER_JVP, view),
     )
     batched = build_batched_args(full, source)  # type: ignore[arg-type]
     label = f"jvp_of_vmap {plan.id}"

@@ -264,6 +264,10 @@ def certify(
     from harness.cli.run import execute, print_summary
     from harness.sources import case_prefixes, load_source, options_for_source, select_entries
 
+    if backend.kind == "compile":  # compiled autograd is what it certifies: torch's own path
+        from harness.core import dynamo_shim
+
+        dynamo_shim.forbid()
     imports = import_modules(backend.imports)
     backend.validate()
     checks = parse_checks(args.checks, backend)

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
-from harness.cli.run import closing_lines, execute, run_status, worker_count
+from harness.cli.run import closing_lines, controller_threads, execute, run_status, worker_count
 from harness.cli.selection import add_selection_options, apply_last_failed, last_failed_note
 from harness.core.errors import UsageError
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
@@ -126,6 +126,15 @@ def add_parsers(sub: Any) -> None:
         "per root cause (an id prefix), new ones with a reason placeholder",
     )
     add_selection_options(p, "check")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep running: check again each time the target's (or the samples') file changes, "
+        "in this process with torch already imported",
+    )
+    # For tests and benchmarks: stop after N runs; seconds between looks at the files.
+    p.add_argument("--watch-iterations", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--watch-interval", type=float, default=None, help=argparse.SUPPRESS)
     # A user's samples keep their own dtypes unless --dtype is given.
     p.set_defaults(func=cmd_check, isolate=True, dtype=None)
     for action in p._actions:
@@ -276,6 +285,15 @@ def print_check_summary(result: RunResult) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False):
+        from harness.cli.watch import run_watch
+
+        return run_watch(args, check_once)
+    return check_once(args)
+
+
+def check_once(args: argparse.Namespace) -> int:
+    """One ``afdb check`` run: load the target, run its cases, print and write the reports."""
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
 
     if args.accept and not args.expectations:
@@ -290,6 +308,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if options.timeout_s is None:
         options = options.replace(timeout_s=DEFAULT_TIMEOUT_S)
     check_output_paths(args)
+    if args.accept and not args.expectations:
+        raise CliError("--accept needs --expectations FILE (the file to write)")
+    controller_threads(args)
     spec = spec_from_args(args, args.target)
     entry, options = prepared(spec, options)
     if not args.quiet:

@@ -23,6 +23,7 @@ case ``crash`` or ``timeout``; a fresh worker is forked and the run goes on.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import selectors
@@ -111,9 +112,20 @@ def _batch_size(remaining: int, workers: int) -> int:
 
 
 def _worker_main(
-    run_one: RunOne, commands: int, results: int, faults_path: str, watchdog_s: float | None
+    run_one: RunOne,
+    commands: int,
+    results: int,
+    faults_path: str,
+    watchdog_s: float | None,
+    watchdog_slack_s: float = 0.0,
 ) -> None:
-    """The body of a forked worker: run the batches it is sent, report each case."""
+    """The body of a forked worker: run the batches it is sent, report each case.
+
+    The watchdog (``faulthandler.dump_traceback_later``) starts a thread each time it is
+    armed and waits for it to end when cancelled, which under a busy machine is
+    milliseconds per case. So it is armed again only when the case about to start is more
+    than ``watchdog_slack_s`` past the last arming (a case then still gets at least
+    ``watchdog_s - watchdog_slack_s`` before it fires), and cancelled once per batch."""
     import faulthandler
 
     import torch
@@ -134,6 +146,7 @@ def _worker_main(
         out.write(line)
         out.flush()
 
+    armed_at: float | None = None
     for line in inp:
         text = line.decode().strip()
         if text == "q" or not text:
@@ -142,11 +155,15 @@ def _worker_main(
         for i in range(first, last):
             send(f"S {i}\n".encode())
             if watchdog_s:
-                faulthandler.dump_traceback_later(watchdog_s, exit=True, file=faults)
+                now = time.monotonic()
+                if armed_at is None or now - armed_at > watchdog_slack_s:
+                    faulthandler.dump_traceback_later(watchdog_s, exit=True, file=faults)
+                    armed_at = now
             record = run_one(i)
-            if watchdog_s:
-                faulthandler.cancel_dump_traceback_later()
             send(b"R " + json.dumps(record.to_dict()).encode() + b"\n")
+        if armed_at is not None:  # waiting for the next batch is no case's time
+            faulthandler.cancel_dump_traceback_later()
+            armed_at = None
         send(b"D\n")
 
 
@@ -166,6 +183,7 @@ class ForkPool:
         on_record: OnRecord | None = None,
         skip: Skip | None = None,
         prepare: Callable[[str], None] | None = None,
+        watchdog_slack_s: float = 0.0,
     ) -> None:
         self.count = count
         self.on_record = on_record
@@ -177,6 +195,7 @@ class ForkPool:
         self.not_run = not_run
         self.fruitless = 0  # workers in a row that died outside any case
         self.watchdog_s = watchdog_s
+        self.watchdog_slack_s = watchdog_slack_s  # see ``_worker_main``
         self.backstop_s = backstop_s  # the controller kills a worker silent past this
         #: Cases not yet sent: one contiguous region per worker (see ``_send``).
         self.regions = _regions(count, self.workers)
@@ -212,7 +231,12 @@ class ForkPool:
     def _fork(
         self, cmd_r: int, cmd_w: int, res_r: int, res_w: int, faults_path: str, home: int | None
     ) -> _Worker:
+        # What exists now is the worker's inheritance: frozen, the worker's garbage collector
+        # never walks it, so its pages stay shared instead of being copied on first touch.
+        gc.freeze()
         pid = os.fork()
+        if pid != 0:
+            gc.unfreeze()
         if pid == 0:  # the worker: never returns into the controller's code
             code = 0
             try:
@@ -221,7 +245,14 @@ class ForkPool:
                 for w in self.live.values():
                     os.close(w.to_worker)
                     os.close(w.from_worker)
-                _worker_main(self.run_one, cmd_r, res_w, faults_path, self.watchdog_s)
+                _worker_main(
+                    self.run_one,
+                    cmd_r,
+                    res_w,
+                    faults_path,
+                    self.watchdog_s,
+                    self.watchdog_slack_s,
+                )
             except BaseException:
                 code = 70
             finally:
@@ -416,6 +447,7 @@ def run_forked(
     not_run: NotRun,
     *,
     watchdog_s: float | None = None,
+    watchdog_slack_s: float = 0.0,
     collect: dict[int, CaseResult] | None = None,
     on_record: OnRecord | None = None,
     skip: Skip | None = None,
@@ -437,6 +469,7 @@ def run_forked(
         on_record=on_record,
         skip=skip,
         prepare=prepare,
+        watchdog_slack_s=watchdog_slack_s,
     )
     try:
         return pool.run()

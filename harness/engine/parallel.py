@@ -386,10 +386,12 @@ def _run_forked(
     on_record: Callable[[CaseResult], None] | None = None,
 ) -> None:
     """The cases in workers forked from this process (see harness.engine.forkpool)."""
-    from harness.engine import forkpool
+    from harness.engine import forkpool, warmup
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
     from harness.engine.runner import run_case, timed_out_twice
     from harness.engine.timeouts import TimeoutLedger
+
+    warmup.warm_for(cases)  # what torch loads on first use: once here, not in every worker
 
     # Shared through a file in the pool's folder: a worker counts its own timeouts, the
     # controller those of workers the native-hang watchdog killed; both read all of them.
@@ -421,6 +423,7 @@ def _run_forked(
         return r
 
     limit = options.timeout_s or DEFAULT_TIMEOUT_S
+    grace = forkpool.watchdog_grace(limit)
     by_index: dict[int, CaseResult] = {}
     try:
         forkpool.run_forked(
@@ -429,7 +432,9 @@ def _run_forked(
             run_one,
             on_death,
             not_run,
-            watchdog_s=limit + forkpool.watchdog_grace(limit),
+            watchdog_s=limit + grace,
+            # a case gets at least its limit and half the grace before the watchdog fires
+            watchdog_slack_s=grace / 2,
             collect=by_index,
             on_record=(lambda i, r: on_record(r)) if on_record is not None else None,
             skip=skip,
