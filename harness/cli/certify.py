@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import UsageError
+from harness.core.locations import portable_path
 from harness.core.paths import PACKAGE_DIR, SUITE_ROOT
 
 #: Expectations for torch bugs that only a backend exposes: harness/known_failures/backends/
@@ -239,18 +240,12 @@ def _sha256(path: str | None) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _relative(path: str) -> str:
-    root = SUITE_ROOT
-    try:
-        return str(Path(path).resolve().relative_to(root))
-    except ValueError:
-        return path
-
-
 def _absolute(path: str) -> str:
-    """A path the certificate recorded relative to the suite's root (or absolute)."""
-    root = SUITE_ROOT
-    return str(root / path) if not os.path.isabs(path) else path
+    """A path the certificate recorded: the suite's own files relative to the suite's root
+    (``harness/known_failures/afdb.json``), a user's relative to where they ran it."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    return str(SUITE_ROOT / path)
 
 
 def certify(
@@ -280,6 +275,8 @@ def certify(
         exp_path, exp_sources = expectations_for(args, backend, folder)
         exp_sha = _sha256(exp_path)  # before the folder (and a merged file in it) goes
         args.expectations = exp_path
+        # the report names the files the expectations came from, never the merged copy
+        args.expectations_label = " + ".join(portable_path(p) for p in exp_sources) or None
         args.backend_spec = backend.spec()
         report_args = argparse.Namespace(**vars(args))
         for flag in ("json", "markdown", "html", "junit"):
@@ -312,7 +309,7 @@ def certify(
         "seed": options.seed,
         "options": options.to_dict(),
         "plans": PLAN_NOTE.get(backend.kind, str(result.metadata.get("plan_strategy", ""))),
-        "expectations": " + ".join(_relative(p) for p in exp_sources) or None,
+        "expectations": args.expectations_label,
         "expectations_sha256": exp_sha,
     }
     cert = build(

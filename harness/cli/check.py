@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
 from harness.cli.run import execute, worker_count
+from harness.core.locations import portable_path, portable_spec
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
 from harness.core.textsafe import visible
@@ -141,9 +142,11 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
         caps["randomness"] = True
     if args.no_double_backward:
         caps["double_backward"] = False
+    # A file under the working directory is recorded relative to it (reports travel); the
+    # directory itself stays in base_dir for this process only (never in a report).
     return TargetSpec(
-        target,
-        args.samples,
+        portable_spec(target) or target,
+        portable_spec(args.samples),
         gradient=args.gradient,
         capabilities=caps,
         name=args.name,
@@ -236,6 +239,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.accept:
         accept_path = args.expectations
         args.expectations = _skips_only(accept_path)
+        if args.expectations:  # a temporary copy of its skips: the report names the file
+            args.expectations_label = f"{portable_path(accept_path)} (its skips)"
     try:
         result = execute(
             [entry], options, args, source="user", target=spec, summary=print_check_summary
@@ -292,6 +297,27 @@ def _report_settings(path: str) -> dict[str, Any]:
     return report_settings(path)
 
 
+def _found_from_report(spec: Any, report: str) -> Any:
+    """A report's target spec whose relative files are looked for where this command runs,
+    then in the report's folder and each folder above it (a report records no machine's
+    directories: ``reports/run.json`` of a project finds ``examples/rotations.py``)."""
+    import dataclasses
+
+    from harness.targets import is_path
+
+    module = spec.target.rpartition(":")[0]
+    if spec.base_dir or not is_path(module) or os.path.isabs(module) or os.path.exists(module):
+        return spec
+    folder = os.path.dirname(os.path.abspath(report))
+    while True:
+        if os.path.exists(os.path.join(folder, module)):
+            return dataclasses.replace(spec, base_dir=folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return spec
+        folder = parent
+
+
 def cmd_repro(args: argparse.Namespace) -> int:
     from harness.core.errors import UsageError
     from harness.engine.cases import find_case
@@ -333,7 +359,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if target_text:
         spec = spec_from_args(args, target_text)
     elif md.get("target_spec"):
-        spec = TargetSpec.from_dict(md["target_spec"])
+        spec = _found_from_report(TargetSpec.from_dict(md["target_spec"]), args.report)
     if spec is not None:
         if args.report and not target_text:
             options = options.replace(

@@ -14,6 +14,7 @@ import argparse
 from typing import Any
 
 from harness.cli.common import CliError
+from harness.core.locations import portable_path
 from harness.core.results import CaseResult, RunResult
 
 #: Metadata that must agree for shard reports to be one run.
@@ -70,7 +71,7 @@ def merge(reports: list[tuple[str, dict[str, Any]]]) -> RunResult:
                 placed.append((1, n, i, c))
         shards.append(
             {
-                "report": path,
+                "report": portable_path(path),
                 "shard": f"{shard['index']}/{shard['count']}" if shard else None,
                 "cases": len(data["cases"]),
                 "wall_s": md.get("wall_s"),

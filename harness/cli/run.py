@@ -217,11 +217,18 @@ def execute(
         ),
     )
     if hasattr(target, "to_dict"):
-        result.metadata["target_spec"] = target.to_dict()
+        # base_dir is this machine's working directory: `afdb repro --report` looks for the
+        # files from where it runs, then from the report's folder and the folders above it.
+        result.metadata["target_spec"] = {**target.to_dict(), "base_dir": None}
     result.metadata["interrupted"] = interrupted
     if shard_note is not None:
         result.metadata["shard"] = shard_note
-    warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
+    warnings = apply_expectations(
+        result,
+        getattr(args, "expectations", None),
+        known_entries,
+        label=getattr(args, "expectations_label", None),
+    )
     for warning in warnings:
         print(f"warning: {visible(warning)}", file=sys.stderr)
     failed = write_reports(result, args)
@@ -248,6 +255,7 @@ def shard_selection(
     text = getattr(args, "shard", None)
     if not text:
         return None, None
+    from harness.core.locations import portable_path
     from harness.engine import shard
     from harness.engine.parallel import _enumerate
 
@@ -260,7 +268,7 @@ def shard_selection(
     note = {
         "index": spec.index,
         "count": spec.count,
-        "balanced_by": f"durations in {baseline}" if baseline else "case counts",
+        "balanced_by": f"durations in {portable_path(baseline)}" if baseline else "case counts",
         "total_cases": len(ids),
         # Each case's position in the whole run, so `afdb merge` restores the run's order.
         "positions": [n for n, i in enumerate(ids) if i in only],
