@@ -232,3 +232,13 @@ def test_user_paths_are_recorded_relative_to_the_working_directory(tmp_path, mon
         "-q",
         "/elsewhere/r.md",
     ]
+
+
+def test_a_report_repro_elsewhere_says_where_to_run_it(two_installs, tmp_path, capsys):
+    at, *_ = next(iter(two_installs.values()))
+    report = tmp_path / "downloaded.json"  # a CI artifact, away from the project
+    shutil.copy(at / "project" / "check.json", report)
+    case = next(c for c in json.loads(report.read_text())["cases"] if c["status"] != "pass")
+    assert cli.main(["repro", case["id"], "--report", str(report), "-o", "-"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "run afdb repro from that directory" in err, err

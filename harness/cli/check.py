@@ -314,7 +314,11 @@ def _found_from_report(spec: Any, report: str) -> Any:
             return dataclasses.replace(spec, base_dir=folder)
         parent = os.path.dirname(folder)
         if parent == folder:
-            return spec
+            raise CliError(
+                f"--report {report}: its target {spec.target} is relative to the directory "
+                "the report was made in, and it is not here nor beside the report; run afdb "
+                "repro from that directory, or give TARGET"
+            )
         folder = parent
 
 
