@@ -14,18 +14,21 @@ failing case fails its item with the message and the ``afdb repro`` command;
 ``unsupported`` cases are skipped with their reason; expectations give
 ``xfail`` and ``skip``. ``database_tests()`` does the same for the database.
 
-The module is registered through the ``pytest11`` entry point, so it loads in
-every pytest run of an environment where the suite is installed: it imports
-nothing heavy until a test module asks for cases. It also powers
-``afdb run -n`` / ``afdb check``: ``harness.engine.parallel`` generates a module calling
-``config_tests(CONFIG)``, whose items write their results to per-worker
-JSON-lines files, and the controller hook below records a crashed worker's item.
+This module is a library a test module imports, not the plugin pytest loads by itself:
+the ``pytest11`` entry point names the top-level ``afdb_pytest_plugin`` (light, and a
+name no project's own module has). When that plugin is loaded, every item made here
+carries the ``afdb`` marker (``-m "not afdb"`` skips the conformance items).
+
+It also powers ``afdb run -n`` / ``afdb check``: ``harness.engine.parallel`` generates a
+module calling ``config_tests(CONFIG)``, whose items write their results to per-worker
+JSON-lines files (the controller's crash hook is in its generated conftest).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -92,6 +95,14 @@ class _Suite:
         if self.expectations is not None:
             apply(self.expectations, result)
         return result
+
+
+def _marked(test: Callable[..., None]) -> Callable[..., None]:
+    """``test`` with the ``afdb`` marker when the suite's plugin registered it (``-p no:afdb``
+    leaves it unregistered: an unknown marker would warn, or fail ``--strict-markers``)."""
+    if "afdb_pytest_plugin" in sys.modules:
+        return pytest.mark.afdb(test)  # type: ignore[no-any-return]
+    return test
 
 
 def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..., None]:
@@ -174,7 +185,7 @@ def conformance_tests(
         target = infer_target(function, samples, **target_fields(options))
         return _Suite([entry], opts, target=target, expectations=_expectations(expectations))
 
-    return _parametrized(name, factory)
+    return _marked(_parametrized(name, factory))
 
 
 def database_tests(
@@ -196,7 +207,7 @@ def database_tests(
         opts = Options(**options)
         return _Suite(entries, opts, expectations=_expectations(expectations))
 
-    return _parametrized(name, factory)
+    return _marked(_parametrized(name, factory))
 
 
 # --- the internal mode that powers `afdb run -n` and `afdb check` -------------------------
@@ -302,13 +313,3 @@ def config_tests(config_path: str, name: str = "test_case") -> Callable[..., Non
     test.__name__ = name
     ids = suite.ids()
     return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
-    """xdist controller: a worker died running ``crashitem``; note it for harness.engine.parallel."""
-    results_dir = os.environ.get("AFDB_RESULTS_DIR")
-    if not results_dir:
-        return
-    with open(os.path.join(results_dir, "crashed.jsonl"), "a") as f:
-        f.write(json.dumps({"nodeid": crashitem}) + "\n")
