@@ -9,6 +9,7 @@ dimension uses and says so in the result.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -217,8 +218,10 @@ def _importable(obj: Any) -> str | None:
     if mod is None:
         return None
     if module == "__main__" or getattr(mod, "__spec__", None) is None:
+        from harness.core.locations import portable_path
+
         path = getattr(mod, "__file__", None)
-        return f"{path}:{qualname}" if path else None
+        return f"{portable_path(os.path.abspath(path))}:{qualname}" if path else None
     return f"{module}:{qualname}"
 
 

@@ -14,18 +14,21 @@ failing case fails its item with the message and the ``afdb repro`` command;
 ``unsupported`` cases are skipped with their reason; expectations give
 ``xfail`` and ``skip``. ``database_tests()`` does the same for the database.
 
-The module is registered through the ``pytest11`` entry point, so it loads in
-every pytest run of an environment where the suite is installed: it imports
-nothing heavy until a test module asks for cases. It also powers
-``afdb run -n`` / ``afdb check``: ``harness.engine.parallel`` generates a module calling
-``config_tests(CONFIG)``, whose items write their results to per-worker
-JSON-lines files, and the controller hook below records a crashed worker's item.
+This module is a library a test module imports, not the plugin pytest loads by itself:
+the ``pytest11`` entry point names the top-level ``afdb_pytest_plugin`` (light, and a
+name no project's own module has). When that plugin is loaded, every item made here
+carries the ``afdb`` marker (``-m "not afdb"`` skips the conformance items).
+
+It also powers ``afdb run -n`` / ``afdb check``: ``harness.engine.parallel`` generates a
+module calling ``config_tests(CONFIG)``, whose items write their results to per-worker
+JSON-lines files (the controller's crash hook is in its generated conftest).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,13 +105,16 @@ class _Suite:
         return result
 
 
-def _parametrized(
-    name: str, suite_factory: Callable[[], _Suite], *, user: bool = False
-) -> Callable[..., None]:
-    """A test function with one parameter per case id (or one failing item for bad input).
+def _marked(test: Callable[..., None]) -> Callable[..., None]:
+    """``test`` with the ``afdb`` marker when the suite's plugin registered it (``-p no:afdb``
+    leaves it unregistered: an unknown marker would warn, or fail ``--strict-markers``)."""
+    if "afdb_pytest_plugin" in sys.modules:
+        return pytest.mark.afdb(test)  # type: ignore[no-any-return]
+    return test
 
-    ``user``: the items of ``conformance_tests`` / ``database_tests``, which the session
-    counts (a group of them that checked nothing makes the run exit 5)."""
+
+def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..., None]:
+    """A test function with one parameter per case id (or one failing item for bad input)."""
     from harness.core.errors import UsageError
 
     try:
@@ -127,8 +133,6 @@ def _parametrized(
 
     test.__name__ = name
     ids = suite.ids()
-    if user:
-        test = pytest.mark.afdb_conformance(test)
     return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
 
 
@@ -187,7 +191,7 @@ def conformance_tests(
         target = infer_target(function, samples, **target_fields(options))
         return _Suite([entry], opts, target=target, expectations=_expectations(expectations))
 
-    return _parametrized(name, factory, user=True)
+    return _marked(_parametrized(name, factory))
 
 
 def database_tests(
@@ -209,7 +213,7 @@ def database_tests(
         opts = Options(**options)
         return _Suite(entries, opts, expectations=_expectations(expectations))
 
-    return _parametrized(name, factory, user=True)
+    return _marked(_parametrized(name, factory))
 
 
 # --- the internal mode that powers `afdb run -n` and `afdb check` -------------------------
@@ -315,72 +319,3 @@ def config_tests(config_path: str, name: str = "test_case") -> Callable[..., Non
     test.__name__ = name
     ids = suite.ids()
     return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
-    """xdist controller: a worker died running ``crashitem``; note it for harness.engine.parallel."""
-    results_dir = os.environ.get("AFDB_RESULTS_DIR")
-    if not results_dir:
-        return
-    with open(os.path.join(results_dir, "crashed.jsonl"), "a") as f:
-        f.write(json.dumps({"nodeid": crashitem}) + "\n")
-    from harness.engine.timeouts import note_crashed_timeout
-
-    note_crashed_timeout(results_dir, _case_of_node(crashitem))
-
-
-def _case_of_node(nodeid: str) -> str:
-    """The case id in an item's node id (``test_afdb_cases.py::test_case[ID]``)."""
-    start, end = nodeid.find("["), nodeid.rfind("]")
-    return nodeid[start + 1 : end] if 0 <= start < end else nodeid
-
-
-# --- a group of conformance items that checked nothing: exit 5 ------------------------------
-
-
-class _NothingChecked:
-    """Per session (one per pytest config): conformance groups (a test function's node id
-    without the case) with the items seen and those that checked something (passed,
-    failed, xfailed; not skipped as unsupported or by an expectation)."""
-
-    def __init__(self) -> None:
-        self.groups: dict[str, list[int]] = {}
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        if "afdb_conformance" not in getattr(report, "keywords", {}):
-            return
-        if report.when != "call" and not (report.when == "setup" and not report.passed):
-            return
-        seen = self.groups.setdefault(report.nodeid.split("[", 1)[0], [0, 0])
-        seen[0] += 1
-        if report.passed or report.failed or hasattr(report, "wasxfail"):
-            seen[1] += 1
-
-    def unchecked(self) -> list[str]:
-        return [g for g, (items, checked) in self.groups.items() if items and not checked]
-
-    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
-        """A group whose items were all unsupported or skipped checked nothing: the run
-        is not "conforms" but pytest's "no tests ran" (5), as ``afdb check`` exits."""
-        if hasattr(session.config, "workerinput"):  # an xdist worker: the controller decides
-            return
-        if self.unchecked() and int(exitstatus) == 0:
-            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        for group in self.unchecked():
-            terminalreporter.write_line(
-                f"afdb: nothing checked by {group}: all {self.groups[group][0]} of its cases "
-                "are unsupported or skipped (their reasons are in the skip messages, -rs); "
-                "the run exits 5"
-            )
-
-
-def pytest_configure(config: Any) -> None:
-    config.addinivalue_line(
-        "markers",
-        "afdb_conformance: the items of harness.pytest_plugin.conformance_tests / "
-        "database_tests (a group of them that checked nothing makes the run exit 5)",
-    )
-    config.pluginmanager.register(_NothingChecked(), "afdb-nothing-checked")

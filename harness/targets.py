@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.core.errors import UsageError
+from harness.core.locations import location
 
 _FILE_MODULES: dict[str, ModuleType] = {}
 
@@ -42,7 +43,7 @@ def _import_error_line(e: BaseException) -> str:
     where = ""
     for fr in reversed(frames):
         if "importlib" not in fr.filename and "/harness/" not in fr.filename:
-            where = f" (at {fr.filename}:{fr.lineno})"
+            where = f" (at {location(fr.filename, fr.lineno)})"
             break
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {first}{where}" if first else f"{type(e).__name__}{where}"

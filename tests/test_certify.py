@@ -314,3 +314,6 @@ def test_committed_backend_expectations_apply(capsys, tmp_path):
         "subclass-torch-testing-_internal-two_tensor-TwoTensor.json"
         in (cert["scope"]["expectations"])
     )
+    # the run inside names the same files, never the merged temporary copy
+    assert cert["cases"]["metadata"]["expectations"] == cert["scope"]["expectations"]
+    assert "afdb-certify-" not in json.dumps(cert)

@@ -55,9 +55,12 @@ def test_broken_function_exits_1_naming_the_cases_with_repro_in_the_report(capsy
     good = [c for c in data["cases"] if c["status"] == "pass"]
     assert bad and good
     assert all("in_dims=(0,0)" not in c["id"] or "out_dims" in c["id"] for c in bad)
+    # the file as typed, relative to the working directory when it lies under it
+    cwd = os.getcwd()
+    rot = os.path.relpath(ROT, cwd) if str(ROT).startswith(cwd + os.sep) else str(ROT)
     for c in bad:
-        assert c["repro"].startswith(f"afdb repro '{c['id']}' {ROT}:BrokenRotatePoints")
-        assert f"--samples {ROT}:rotation_samples" in c["repro"]
+        assert c["repro"].startswith(f"afdb repro '{c['id']}' {rot}:BrokenRotatePoints")
+        assert f"--samples {rot}:rotation_samples" in c["repro"]
 
 
 def test_check_in_a_temporary_project_through_the_console_entry(tmp_path):

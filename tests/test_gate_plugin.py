@@ -60,3 +60,14 @@ def test_xdist_and_junit(user_project):
     assert "the batch dim is probably at the wrong position" in failed[name].get("message")
     setup = failed["test_misconfigured[setup]"].get("message")
     assert "returned no samples" in setup
+
+
+def test_conformance_items_carry_the_afdb_marker(user_project):
+    only = user_project.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "-m", "afdb")
+    ids = [ln for ln in only.outlines if "::" in ln]
+    assert ids and all("[" in i for i in ids)  # every conformance item, nothing else
+    rest = user_project.runpytest(
+        "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not afdb"
+    )
+    assert not [ln for ln in rest.outlines if "::" in ln]
+    assert "deselected" in rest.stdout.str()

@@ -55,7 +55,21 @@ def small_report(tmp_path_factory) -> Path:
     """A real `afdb check` report of the 2x Function (vmap only), written in-process."""
     d = tmp_path_factory.mktemp("rep")
     path = d / "r.json"
-    code = cli.main(
+    # made outside the checkout: the target's absolute path is recorded as typed, so the
+    # reproducer finds it from anywhere (a path under the working directory is recorded
+    # relative to it, see test_portable_reports)
+    mp = pytest.MonkeyPatch()
+    mp.chdir(d)
+    try:
+        code = _check_hostile(path)
+    finally:
+        mp.undo()
+    assert code == 0
+    return path
+
+
+def _check_hostile(path: Path) -> int:
+    return cli.main(
         [
             "check",
             f"{HOSTILE}:Correct",
@@ -69,8 +83,6 @@ def small_report(tmp_path_factory) -> Path:
             str(path),
         ]
     )
-    assert code == 0
-    return path
 
 
 def _variant(src: Path, dst: Path, edit) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import UsageError
+from harness.core.locations import portable_path
 from harness.core.paths import PACKAGE_DIR, SUITE_ROOT
 from harness.core.signals import deferred_signals
 
@@ -246,14 +247,6 @@ def _sha256(path: str | None) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _relative(path: str) -> str:
-    root = SUITE_ROOT
-    try:
-        return str(Path(path).resolve().relative_to(root))
-    except ValueError:
-        return path
-
-
 def certify(
     args: argparse.Namespace, backend: Any, *, quiet_summary: bool = False
 ) -> tuple[dict[str, Any], Any]:
@@ -288,6 +281,8 @@ def certify(
         exp_path, exp_sources = expectations_for(args, backend, folder)
         exp_sha = _sha256(exp_path)  # before the folder (and a merged file in it) goes
         args.expectations = exp_path
+        # the report names the files the expectations came from, never the merged copy
+        args.expectations_label = " + ".join(portable_path(p) for p in exp_sources) or None
         args.backend_spec = backend.spec()
         report_args = argparse.Namespace(**vars(args))
         for flag in ("json", "markdown", "html", "junit"):
@@ -325,7 +320,7 @@ def certify(
         "seed": options.seed,
         "options": options.to_dict(),
         "plans": PLAN_NOTE.get(backend.kind, str(result.metadata.get("plan_strategy", ""))),
-        "expectations": " + ".join(_relative(p) for p in exp_sources) or None,
+        "expectations": args.expectations_label,
         "expectations_sha256": exp_sha,
     }
     cert = build(
@@ -435,7 +430,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             missing = [p for p in rerun.expectation_sources if not os.path.exists(p)]
             if missing:
                 raise UsageError(
-                    f"the certificate was made with the expectations {_relative(missing[0])}, "
+                    f"the certificate was made with the expectations {portable_path(missing[0])}, "
                     "which is not here; give the file with --expectations"
                 )
     rerun.json = rerun.markdown = rerun.html = None

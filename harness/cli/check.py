@@ -21,6 +21,7 @@ from harness.cli.common import CliError, add_common_options, check_output_paths,
 from harness.cli.run import closing_lines, controller_threads, execute, run_status, worker_count
 from harness.cli.selection import add_selection_options, apply_last_failed, last_failed_note
 from harness.core.errors import UsageError
+from harness.core.locations import portable_path, portable_spec
 from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
 from harness.core.signals import deferred_signals
@@ -202,9 +203,11 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
         except UsageError as e:
             raise CliError(f"--dtypes {args.dtypes}: {e}") from None
         caps["dtypes"] = names
+    # A file under the working directory is recorded relative to it (reports travel); the
+    # directory itself stays in base_dir for this process only (never in a report).
     return TargetSpec(
-        target,
-        args.samples,
+        portable_spec(target) or target,
+        portable_spec(args.samples),
         gradient=args.gradient,
         capabilities=caps,
         name=args.name,
@@ -338,6 +341,8 @@ def check_once(args: argparse.Namespace) -> int:
             args.expectations = None
             with deferred_signals():  # the temporary file is removed below once it exists
                 args.expectations = _skips_only(accept_path)
+            if args.expectations:  # a temporary copy of its skips: the report names the file
+                args.expectations_label = f"{portable_path(accept_path)} (its skips)"
         result = execute(
             [entry], options, args, source="user", target=spec, summary=print_check_summary
         )

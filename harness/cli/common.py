@@ -330,7 +330,11 @@ def report_write_failures(args: argparse.Namespace, failed: Sequence[str]) -> No
 
 
 def apply_expectations(
-    result: RunResult, path: str | None, known_entries: set[str] | None = None
+    result: RunResult,
+    path: str | None,
+    known_entries: set[str] | None = None,
+    *,
+    label: str | None = None,
 ) -> list[str]:
     """Apply the expectations file to the results; return warnings (unmatched ids).
 
@@ -359,7 +363,10 @@ def apply_expectations(
         return parts[0] in ran and (len(parts) < 2 or (parts[0], parts[1]) in covered)
 
     unmatched = [e for e in exps.unmatched([c.id for c in result.cases]) if stale(e.id)]
-    result.metadata["expectations"] = path
+    from harness.core.locations import portable_path
+
+    # what the user named (a merged or temporary file goes by the files it came from)
+    result.metadata["expectations"] = label or portable_path(path)
     result.metadata["unmatched_expectations"] = [e.id for e in unmatched]
     return [f"expectation {e.id!r} matches no case in this run" for e in unmatched]
 

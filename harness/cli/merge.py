@@ -18,6 +18,7 @@ import argparse
 from typing import Any
 
 from harness.cli.common import CliError
+from harness.core.locations import portable_path
 from harness.core.results import CaseResult, RunResult
 
 #: Metadata that must agree for shard reports to be one run.
@@ -168,8 +169,8 @@ def merge(reports: list[tuple[str, dict[str, Any]]], *, partial: bool = False) -
             placed.append((position, c))
         shards.append(
             {
-                "report": path,
-                "shard": f"{shard['index']}/{shard['count']}",
+                "report": portable_path(path),
+                "shard": f"{shard['index']}/{shard['count']}" if shard else None,
                 "cases": len(data["cases"]),
                 "wall_s": md.get("wall_s"),
                 "interrupted": bool(md.get("interrupted")),

@@ -261,13 +261,20 @@ def execute(
         ),
     )
     if hasattr(target, "to_dict"):
-        result.metadata["target_spec"] = target.to_dict()
+        # base_dir is this machine's working directory: `afdb repro --report` looks for the
+        # files from where it runs, then from the report's folder and the folders above it.
+        result.metadata["target_spec"] = {**target.to_dict(), "base_dir": None}
     result.metadata["interrupted"] = interrupted
     if stopped:
         result.metadata["stopped"] = stopped
     if shard_note is not None:
         result.metadata["shard"] = shard_note
-    warnings = apply_expectations(result, getattr(args, "expectations", None), known_entries)
+    warnings = apply_expectations(
+        result,
+        getattr(args, "expectations", None),
+        known_entries,
+        label=getattr(args, "expectations_label", None),
+    )
     for warning in warnings:
         print(f"warning: {visible(warning)}", file=sys.stderr)
     failed = write_reports(result, args)

@@ -167,3 +167,62 @@ def user_frame_from_dump(dump: str) -> str:
         ):
             return location(m["file"], m["line"], m["name"])
     return ""
+
+
+# --- paths a user gave, and locations in messages compared across machines ------------------
+
+
+def portable_path(path: str) -> str:
+    """A path the user gave (a target file, an expectations file, a report) as a report
+    records it: relative to the working directory when it lies under it, the suite's own
+    files from their package (``harness/known_failures/afdb.json``), anything else as given.
+
+    A relative path stays exactly as typed: it already means the same in every checkout.
+    """
+    if not path or not os.path.isabs(path):
+        return path
+    norm = os.path.normpath(path)
+    if _under(norm, str(PACKAGE_DIR)):
+        return os.path.relpath(norm, PACKAGE_DIR.parent).replace(os.sep, "/")
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return path
+    if _under(norm, cwd):
+        return os.path.relpath(norm, cwd).replace(os.sep, "/")
+    return path
+
+
+def portable_spec(spec: str | None) -> str | None:
+    """``path/to/file.py:Name`` with its file part made portable (module specs unchanged)."""
+    if not spec or ":" not in spec:
+        return spec
+    module, _, attr = spec.rpartition(":")
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        return f"{portable_path(module)}:{attr}"
+    return spec
+
+
+def portable_argv(argv: list[str]) -> list[str]:
+    """A command line as a report records it: each absolute path under the working directory
+    (alone, as ``file.py:Name`` or as ``--flag=PATH``) relative to it, the rest as typed."""
+    out = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        value = (portable_spec(value) or value) if ":" in value else portable_path(value)
+        out.append(f"{flag}{eq}{value}" if eq else value)
+    return out
+
+
+#: A source location in a message: a file name with a code extension, then ``:LINE``
+#: (``torch/_functorch/vmap.py:406``, ``/home/ci/.venv/.../vmap.py:406``, ``Interpreter.cpp":12``).
+_LOCATION = re.compile(
+    r"(?:[A-Za-z]:)?(?:[^\s:()'\"\[\]{},]*[/\\])?"
+    r"(?P<file>[\w.\-<>]+\.(?:py|pyx|pyi|c|cc|cpp|cxx|cu|cuh|h|hpp))(?P<quote>\"?):\d+"
+)
+
+
+def normalise_locations(text: str) -> str:
+    """``text`` with every source location reduced to its file name (``vmap.py:#``): two
+    messages that differ only in where a file lives, or in a line number, read the same."""
+    return _LOCATION.sub(lambda m: f"{m['file']}{m['quote']}:#", text)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from harness.core.locations import portable_argv, portable_spec
 from harness.core.options import Options, dtype_name
 from harness.core.paths import SUITE_ROOT
 
@@ -80,10 +81,11 @@ def run_metadata(
         ),
         "checks": list(options.checks) if options.checks else "all",
         "source": source,
-        "target": target,
+        "target": portable_spec(target),
         "started": _iso(started),
         "finished": _iso(finished),
         "wall_s": round(finished - started, 3),
-        "command": command if command is not None else command_line(),
+        # paths under the working directory relative to it: a report reads the same anywhere
+        "command": portable_argv(command if command is not None else command_line()),
         "interrupted": False,
     }

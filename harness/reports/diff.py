@@ -11,6 +11,11 @@ Categories, each rendered (text, Markdown) grouped by root cause as a run's fail
 - changed messages: not conforming (or xfail, or unsupported) in both, with another status
   or message;
 - other status changes: everything else that moved (``unsupported`` -> ``pass``, ...).
+
+Messages are compared with their source locations normalised (``vmap.py:#``): the same
+run in two virtual environments, on two machines or with torch's lines moved gives the
+same text. A case whose message changed only there is unchanged; the diff says how many
+such cases there were in one count line.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.locations import normalise_locations
 from harness.core.results import (
     CRASH,
     ERROR,
@@ -89,6 +95,8 @@ class ReportDiff:
     added: list[Change] = field(default_factory=list)
     removed: list[Change] = field(default_factory=list)
     unchanged: int = 0
+    #: Of the unchanged cases, those whose messages differ only in source locations.
+    location_only: int = 0
     warnings: list[str] = field(default_factory=list)
     #: What was compared: entries and checks present in either report.
     entries: list[str] = field(default_factory=list)
@@ -115,6 +123,15 @@ class ReportDiff:
     def empty(self) -> bool:
         return not any(self.counts().values())
 
+    def location_line(self) -> str:
+        """The one line about messages that moved only in their source locations ('' if none)."""
+        if not self.location_only:
+            return ""
+        return (
+            f"{self.location_only} of the unchanged cases have messages that differ only in "
+            "source locations (file paths, line numbers)"
+        )
+
     def summary_line(self) -> str:
         if self.empty:
             return f"no change ({self.unchanged} cases with the same status and message)"
@@ -131,7 +148,11 @@ class ReportDiff:
             "old": _describe(self.old_meta),
             "new": _describe(self.new_meta),
             "warnings": self.warnings,
-            "counts": {**self.counts(), "unchanged": self.unchanged},
+            "counts": {
+                **self.counts(),
+                "unchanged": self.unchanged,
+                "location_only": self.location_only,
+            },
             "entries": self.entries,
             "checks": self.checks,
             **{name: [c.to_dict() for c in self.category(name)] for name, _, _ in CATEGORIES},
@@ -146,9 +167,14 @@ def _describe(md: dict[str, Any]) -> str:
     )
 
 
+def same_message(old: str, new: str) -> bool:
+    """Equal once source locations are normalised (see the module docstring)."""
+    return old == new or normalise_locations(old) == normalise_locations(new)
+
+
 def _classify(old: CaseResult, new: CaseResult) -> str | None:
     a, b = old.status, new.status
-    if a == b and old.message == new.message:
+    if a == b and same_message(old.message, new.message):
         return None
     if a == PASS and b in BROKEN:
         return "regressed"
@@ -177,6 +203,7 @@ def diff_results(old: RunResult, new: RunResult) -> ReportDiff:
         kind = _classify(before, c)
         if kind is None:
             d.unchanged += 1
+            d.location_only += before.message != c.message
         else:
             d.category(kind).append(
                 Change(
@@ -333,6 +360,8 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
     ]
     for w in d.warnings:
         lines += ["", f"> warning: {_md(w, 1000)}"]
+    if d.location_line():
+        lines += ["", md_escape(d.location_line()) + "."]
     lines += ["", "| category | cases |", "|---|---|"]
     lines += [f"| {label} | {len(d.category(name))} |" for name, label, _ in CATEGORIES]
     lines.append(f"| unchanged | {d.unchanged} |")
@@ -427,6 +456,8 @@ def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
                 f"{name.capitalize()}: {len(d.category(name))} cases in "
                 f"{len(_grouped(d.category(name)))} entry x check groups"
             )
+    if d.location_line():
+        lines.append(d.location_line())
     lines.append(f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}")
     return "\n".join(visible(line, keep_newlines=False) for line in lines) + "\n"
 
