@@ -110,6 +110,7 @@ class Deadline:
         "replaced",
         "seconds",
         "stage",
+        "timer_fired",
         "waited_for_import",
     )
 
@@ -130,6 +131,7 @@ class Deadline:
         self.waited_for_import = 0.0
         #: Set when the case ends: the Function had replaced the timer's SIGALRM handler.
         self.replaced = False
+        self.timer_fired = False  # the timer's handler raised the timeout
 
     def how_ended(self) -> str:
         """What the watchdog had to do, for the case's message ("" when the timer did it)."""
@@ -144,6 +146,11 @@ class Deadline:
             )
         if self.handler is None:
             return "the case ran outside the main thread, where the suite's watchdog ends it"
+        if self.timer_fired:
+            return (
+                "the case went on after the timer raised the timeout (the Function caught "
+                "it?), so the suite's watchdog raised it again"
+            )
         if self.replaced:
             return (
                 "the Function replaced the SIGALRM handler the limit uses, so the suite's "
