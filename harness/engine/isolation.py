@@ -135,7 +135,8 @@ class _TimeLimit:
             self.deferred += 0.05
             signal.setitimer(signal.ITIMER_REAL, 0.05)
             return
-        deadline.expired = deadline.timer_fired = True
+        deadline.expired = True
+        deadline.timer_fired = not deadline.kicked
         raise CaseTimeout(limit_message(self.seconds or 0.0))
 
     def __exit__(self, *exc: object) -> None:
