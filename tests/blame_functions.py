@@ -108,6 +108,15 @@ class Hangs(Double):
             time.sleep(0.01)
 
 
+class BlocksAlarm(Double):
+    """Its rule blocks SIGALRM (the signal of the case's time limit) and returns correctly."""
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        return _ok(x, in_dims)
+
+
 class BlocksAlarmAndSleeps(Double):
     """Blocks SIGALRM and sleeps in C: nothing in the process can end it (a worker's
     watchdog kills the worker)."""

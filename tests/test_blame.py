@@ -82,6 +82,7 @@ def test_a_timeout_inside_the_suites_reference_wrapper_is_timeout_not_internal()
 def test_a_function_that_catches_the_timeout_and_returns_is_still_a_timeout():
     r = check(bf.SwallowsTimeout, bf.samples, checks=["vmap"], timeout_s=0.2)
     assert r.cases and {c.status for c in r.cases} == {"timeout"}, [c.message for c in r.cases]
+    assert all("did not end with its timeout" in c.message for c in r.cases[:2])
 
 
 def test_a_backward_blocked_in_torchs_autograd_engine_times_out_in_process():
@@ -169,6 +170,15 @@ def test_a_leaked_transform_level_the_suite_trips_over_is_the_functions_error():
     assert all(c.message.startswith("the Function left 1 torch.func") for c in tripped)
     assert all("please report it" not in c.message for c in tripped)
     _clean_state()
+
+
+def test_signals_left_blocked_are_the_functions_error_and_unblocked():
+    import signal
+
+    r = check(bf.BlocksAlarm, bf.samples, checks=["vmap"], timeout_s=30)
+    assert r.cases and {c.status for c in r.cases} == {"error"}, [c.message for c in r.cases]
+    assert all("left signals blocked (SIGALRM)" in c.message for c in r.cases)
+    assert signal.SIGALRM not in signal.pthread_sigmask(signal.SIG_BLOCK, ())
 
 
 def test_a_correct_function_is_unaffected():

@@ -17,14 +17,18 @@ real code or a planted Function:
 The watchdog (a daemon thread, started on first use in each process, asleep until the
 earliest deadline) acts ``grace`` after a deadline that the timer did not enforce:
 
-1. it interrupts the case's thread with SIGALRM (``pthread_kill``: ends a blocking call,
-   so the handler runs) and sets ``CaseTimeout`` as that thread's asynchronous exception
-   (``PyThreadState_SetAsyncExc``: raised at its next bytecode, whatever the timer and
-   the handler are);
-2. every ``grace`` after that, as long as the case still runs, it raises ``CaseTimeout``
-   the same way in every thread that runs Python called from torch's C++ (the autograd
-   engine's threads), so the backward unwinds, its error reaches the waiting main
-   thread, and the case ends as ``timeout``.
+1. if the timer's handler is still in place, it sends the case's thread SIGALRM
+   (``pthread_kill``: the handler runs, and a blocking call is ended);
+2. one ``grace`` later (at once when there is no handler to run), and every ``grace``
+   after that as long as the case still runs, it raises ``CaseTimeout`` in every thread
+   that runs Python called from torch's C++ (the autograd engine's threads), so the
+   backward unwinds, its error reaches the waiting main thread and the case ends as
+   ``timeout``; when there is none, in the case's thread itself, as its asynchronous
+   exception (``PyThreadState_SetAsyncExc``: raised at its next bytecode, whatever the
+   timer and the handler are).
+
+One exception at a time: a second raised while the first unwinds would land in torch's
+cleanup code (a transform popping its level) and break its state.
 
 A hang that never runs Python again (a deadlock in native code) cannot be ended inside
 the process: worker processes (``afdb check``'s default, ``-n``) end it by killing the
@@ -106,10 +110,12 @@ class Deadline:
         "handler",
         "ident",
         "injected",
+        "kicked",
         "next_action",
         "replaced",
         "seconds",
         "stage",
+        "timer_fired",
         "waited_for_import",
     )
 
@@ -130,6 +136,8 @@ class Deadline:
         self.waited_for_import = 0.0
         #: Set when the case ends: the Function had replaced the timer's SIGALRM handler.
         self.replaced = False
+        self.timer_fired = False  # the timer's handler raised the timeout
+        self.kicked = False  # the watchdog sent SIGALRM itself
 
     def how_ended(self) -> str:
         """What the watchdog had to do, for the case's message ("" when the timer did it)."""
@@ -144,6 +152,11 @@ class Deadline:
             )
         if self.handler is None:
             return "the case ran outside the main thread, where the suite's watchdog ends it"
+        if self.timer_fired:
+            return (
+                "the case went on after the timer raised the timeout (the Function caught "
+                "it?), so the suite's watchdog raised it again"
+            )
         if self.replaced:
             return (
                 "the Function replaced the SIGALRM handler the limit uses, so the suite's "
@@ -225,22 +238,35 @@ class _Watchdog:
             d.waited_for_import += step
             return
         d.expired = True
+        # One exception at a time: a second one raised while the first unwinds lands in
+        # torch's cleanup (a transform's level pop) and breaks its state. So each step
+        # waits a grace for the previous one, and the case's thread, while torch's engine
+        # threads run Python for it, gets nothing (their error reaches it).
         if d.stage == 0:
             d.stage = 1
-            if d.handler is not None and hasattr(signal, "pthread_kill"):
-                # Ends a blocking call (sleep, a lock), so the handler can run.
+            if (
+                d.handler is not None
+                and not d.timer_fired
+                and hasattr(signal, "pthread_kill")
+                and signal.getsignal(signal.SIGALRM) is d.handler
+            ):
+                # The handler is in place: a SIGALRM runs it, and ends a blocking call.
+                d.kicked = True
                 with contextlib.suppress(OSError, ValueError):
                     signal.pthread_kill(d.ident, signal.SIGALRM)
-            d.injected = _raise_in(d.ident) or d.injected
-            return
+                return
         d.stage = 2
-        d.injected = _raise_in(d.ident) or d.injected
         me = threading.get_ident()
-        for ident, top in frames.items():
-            if ident in (d.ident, me) or not _called_from_torch(top) or importing(top):
-                continue
+        engine = [
+            ident
+            for ident, top in frames.items()
+            if ident not in (d.ident, me) and _called_from_torch(top) and not importing(top)
+        ]
+        for ident in engine:
             if _raise_in(ident):
                 d.engine_threads.add(ident)
+        if not engine:
+            d.injected = _raise_in(d.ident) or d.injected
 
 
 def limit_message(seconds: float) -> str:

@@ -213,6 +213,10 @@ def run_case(
         # The limit was reached, whatever became of its CaseTimeout (a frame that wrapped
         # it, a Function that caught it): never ``internal``, never the Function's ``error``.
         result.status, result.message = TIMEOUT, limit.message()
+        result.message += (
+            "; the case did not end with its timeout (something caught it, or wrapped it in "
+            "another exception) and finished late"
+        )
     if leaked and others and not killed:
         note = (
             "note: during this case the global state changed (" + "; ".join(leaked) + ") while "
