@@ -159,7 +159,18 @@ def test_a_report_repro_finds_the_target_from_the_reports_folder(
     monkeypatch.chdir(tmp_path)  # not the project: the file is found beside the report
     rc = cli.main(["repro", case["id"], "--report", str(report), "-o", str(script)])
     assert rc == 0, capsys.readouterr().err
-    assert script.exists()
+    # the script finds the user's file from its own folder, not from where it runs
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "only batch dim 0" in run.stderr or "REPRODUCED" in run.stdout, run.stdout + run.stderr
 
 
 # --- afdb diff normalises locations ---------------------------------------------------------

@@ -100,9 +100,11 @@ def add_parsers(sub: Any) -> None:
     r = sub.add_parser(
         "repro",
         help="write a standalone script that reproduces one case",
-        description="Write a Python script that imports only torch and the Function's module, "
-        "rebuilds the case's exact inputs, runs the transform and the reference and prints the "
-        "mismatch.",
+        description="Write a minimal plain-torch script (about 30 lines: the Function, the "
+        "case's sample drawn with the suite's seeds, the one transform call, the reference, "
+        "the difference; exit 1 when it reproduces), or with --full the self-checking script "
+        "that rebuilds the case's exact inputs. Either imports only torch and the Function's "
+        "module.",
     )
     r.add_argument("case_id", metavar="CASE_ID")
     r.add_argument(

@@ -88,9 +88,12 @@ class _Source:
         if str(options.device) != "cpu":
             raise NotMinimal(f"device {options.device}")
         function = target.load_function()
-        holder = self._name(target.target, where)
+        resolved = getattr(target, "_resolved", lambda spec: spec)  # relative to base_dir
+        holder = self._name(resolved(target.target), where)
         self.call = f"{holder}.apply" if isinstance(function, type) else holder
-        samples = self._name(target.samples, where) if target.samples else f"{holder}.samples"
+        samples = (
+            self._name(resolved(target.samples), where) if target.samples else f"{holder}.samples"
+        )
         raw = target.load_samples(function)
         first = list(raw(sample_seed(options.seed, entry.name, "slice", ())))[k]
         many = hasattr(first, "args") or isinstance(first, (tuple, list))
