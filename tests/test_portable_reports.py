@@ -134,7 +134,11 @@ def test_reports_hold_no_path_of_the_machine(two_installs):
         md = json.loads((at / "project" / "check.json").read_text())["metadata"]
         assert md["target_spec"]["target"] == "portable_userlib.py:Scale"
         assert md["target_spec"]["base_dir"] is None
-        assert "check.json" in md["command"]  # typed absolute, recorded relative
+        assert md["command"] == [  # as typed; the absolute --json path under it relative
+            "afdb", "check", "portable_userlib.py:Scale", "--samples",
+            "portable_userlib.py:samples", "--no-isolate", "--checks", "vmap,jvp", "-q",
+            "--json", "check.json",
+        ]  # fmt: skip
         run_md = json.loads((at / "project" / "run.json").read_text())["metadata"]
         assert run_md["expectations"] == "harness/known_failures/afdb.json"
 
@@ -159,7 +163,18 @@ def test_a_report_repro_finds_the_target_from_the_reports_folder(
     monkeypatch.chdir(tmp_path)  # not the project: the file is found beside the report
     rc = cli.main(["repro", case["id"], "--report", str(report), "-o", str(script)])
     assert rc == 0, capsys.readouterr().err
-    assert script.exists()
+    # the script finds the user's file from its own folder, not from where it runs
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "only batch dim 0" in run.stderr or "REPRODUCED" in run.stdout, run.stdout + run.stderr
 
 
 # --- afdb diff normalises locations ---------------------------------------------------------
@@ -224,14 +239,9 @@ def test_user_paths_are_recorded_relative_to_the_working_directory(tmp_path, mon
     assert portable_path(str(ROOT / "harness" / "known_failures" / "afdb.json")) == (
         "harness/known_failures/afdb.json"
     )
-    argv = ["check", f"{inside}:F", f"--json={tmp_path}/r.json", "-q", "/elsewhere/r.md"]
-    assert portable_argv(argv) == [
-        "check",
-        "pkg/mod.py:F",
-        "--json=r.json",
-        "-q",
-        "/elsewhere/r.md",
-    ]
+    argv = ["check", f"{inside}:F", f"--json={tmp_path}/r.json", "-q", "--md", inside, "/x/r.md"]
+    want = ["check", "pkg/mod.py:F", "--json=r.json", "-q", "--md", "pkg/mod.py", "/x/r.md"]
+    assert portable_argv(argv) == want
 
 
 def test_a_report_repro_elsewhere_says_where_to_run_it(two_installs, tmp_path, capsys):

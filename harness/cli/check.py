@@ -146,9 +146,11 @@ def add_parsers(sub: Any) -> None:
     r = sub.add_parser(
         "repro",
         help="write a standalone script that reproduces one case",
-        description="Write a Python script that imports only torch and the Function's module, "
-        "rebuilds the case's exact inputs, runs the transform and the reference and prints the "
-        "mismatch.",
+        description="Write a minimal plain-torch script (about 30 lines: the Function, the "
+        "case's sample drawn with the suite's seeds, the one transform call, the reference, "
+        "the difference; exit 1 when it reproduces), or with --full the self-checking script "
+        "that rebuilds the case's exact inputs. Either imports only torch and the Function's "
+        "module.",
     )
     r.add_argument("case_id", metavar="CASE_ID")
     r.add_argument(
@@ -173,6 +175,12 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--plan-cap", type=int, default=None)
     r.add_argument(
         "-o", "--output", help="where to write the script (default: repro_<case>.py; - for stdout)"
+    )
+    r.add_argument(
+        "--full",
+        action="store_true",
+        help="the full self-checking script (rebuilds every input exactly; default: a minimal "
+        "plain-torch script of about 30 lines)",
     )
     r.set_defaults(func=cmd_repro)
 
@@ -448,9 +456,11 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
     target_text = args.target or args.target_opt
     md: dict[str, Any] = _report_settings(args.report) if args.report else {}
+    # a user's Function without a report: its samples' own dtypes, as afdb check runs it
+    default_dtype = SAMPLE_DTYPES if target_text and not md else "float32"
     options = Options(
         seed=md.get("seed", 0),
-        dtype=parse_dtype(md.get("dtype", "float32")),
+        dtype=parse_dtype(md.get("dtype", default_dtype)),
         device=md.get("device", "cpu"),
     )
     if md.get("plan_cap"):
@@ -534,14 +544,33 @@ def cmd_repro(args: argparse.Namespace) -> int:
         ) from None
     if case.unsupported:
         raise UsageError(f"{case.id} is unsupported ({case.unsupported}): nothing to reproduce")
+    from harness.repro.minimal import NotMinimal, generate_minimal
     from harness.repro.script import generate
 
-    command = "afdb " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
-    script = generate(entry, options, case, target=spec, command=command)
-    if args.output == "-":
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+    for flag in ("-o", "--output"):  # the command that makes the script again, here
+        while flag in argv[:-1]:
+            del argv[argv.index(flag) : argv.index(flag) + 2]
+    argv = [a for a in argv if a != "--full" and not a.startswith("--output=")]
+    command = "afdb " + " ".join(shlex.quote(a) for a in argv)
+    out = args.output or script_name(case.id)
+    note = ""
+    script = ""
+    if not args.full:
+        where = os.getcwd() if out == "-" else os.path.dirname(os.path.abspath(out))
+        try:
+            script = generate_minimal(
+                entry, options, case, target=spec, command=command, script_dir=where
+            )
+        except NotMinimal as e:
+            note = f" (the minimal one does not cover {e})"
+    if not script:
+        script = generate(entry, options, case, target=spec, command=command)
+    if out == "-":
         sys.stdout.write(script)
+        if note:
+            print(f"afdb repro: wrote the full script{note}", file=sys.stderr)
         return 0
-    out = args.output or "repro_" + re.sub(r"[^A-Za-z0-9]+", "_", case.id).strip("_")[:80] + ".py"
     from harness.reports.report import write_atomic
 
     try:  # through a symlink to its target; a device or FIFO is refused, not replaced
@@ -550,5 +579,19 @@ def cmd_repro(args: argparse.Namespace) -> int:
         raise CliError(f"-o {e}") from None
     except OSError as e:
         raise CliError(f"-o {out}: cannot write the script ({e.strerror})") from None
-    print(f"wrote {out}; run it with: python {out}")
+    kind = "a minimal script" if not note and not args.full else "the full script"
+    print(f"wrote {out}, {kind}{note}; run it with: python {out}")
     return 0
+
+
+def script_name(case_id: str) -> str:
+    """``repro_<case id>.py`` in letters, digits, ``-`` and ``_``: a sign stays a sign
+    (``out_dims=-1`` and ``out_dims=1`` get two names); a long id is cut and keeps a
+    digest of the whole, so two long ids never share a name."""
+    import hashlib
+
+    readable = re.sub(r"[^A-Za-z0-9-]+", "_", case_id).strip("_")
+    if len(readable) > 80:
+        digest = hashlib.sha256(case_id.encode()).hexdigest()[:8]
+        readable = f"{readable[:71]}_{digest}"
+    return f"repro_{readable}.py"

@@ -208,7 +208,9 @@ def portable_argv(argv: list[str]) -> list[str]:
     (alone, as ``file.py:Name`` or as ``--flag=PATH``) relative to it, the rest as typed."""
     out = []
     for arg in argv:
-        flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        flag, eq, value = (
+            arg.partition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
+        )
         value = (portable_spec(value) or value) if ":" in value else portable_path(value)
         out.append(f"{flag}{eq}{value}" if eq else value)
     return out
