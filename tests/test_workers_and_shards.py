@@ -83,11 +83,11 @@ def test_n_far_above_the_cores_is_reduced_with_one_line(capsys, monkeypatch):
 def test_n_above_the_number_of_cases_is_reduced_to_it(capsys, monkeypatch):
     sizes = _pool_sizes(monkeypatch)
     monkeypatch.setattr(parallel, "usable_cpus", lambda: 64)
-    rc, _, err = run_cli(capsys, "run", "NumpyCube", "--checks", "vmap_chunked", "-q", "-n", "9")
+    rc, _, err = run_cli(capsys, "run", "NumpyCube", "--checks", "vmap_chunked", "-q", "-n", "30")
     assert rc == 0
     cases = len(ids_and_statuses_from_run(capsys, "NumpyCube", "vmap_chunked"))
-    assert sizes == [cases] and cases < 9
-    assert f"-n 9: using {cases} workers (there are only {cases} cases to run)" in err
+    assert sizes == [cases] and cases < 30
+    assert f"-n 30: using {cases} workers (there are only {cases} cases to run)" in err
 
 
 def ids_and_statuses_from_run(capsys, entry, checks):
