@@ -365,7 +365,7 @@ def _run_forked(
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
     from harness.engine.runner import run_case
 
-    warmup.warm_for(cases)  # what torch loads on first use: once here, not in every worker
+    warmup.warm_for(cases, workers)  # torch's first uses: once here, not in every worker
 
     def run_one(i: int) -> CaseResult:
         case = cases[i]
