@@ -115,6 +115,33 @@ class DetachingRule(Scale):
         return DetachingRule.apply(x, w).detach() + x.detach() * w - (x * w).detach(), 0
 
 
+class Cube(torch.autograd.Function):
+    """x ** 3, with a backward that multiplies by Python numbers (as NumpyCube's does):
+    differentiated again under a transform, torch runs those products through its Python
+    references, whose first call imports torch._dynamo."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w):
+        return x * x * x + w
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x * x, g
+
+    @staticmethod
+    def jvp(ctx, tx, tw):
+        (x,) = ctx.saved_tensors
+        return tx * 3 * x * x + tw
+
+
 def _samples(seed):
     g = torch.Generator().manual_seed(seed)
     return [
@@ -177,30 +204,37 @@ from harness.core.options import Options
 from harness.engine.parallel import run_parallel
 from harness.entries import make_entry
 sys.path.insert(0, sys.argv[1])
-from tests.test_perf_paths import Scale, _samples
+import tests.test_perf_paths as defs
+function, workers = getattr(defs, sys.argv[2]), int(sys.argv[3])
 real = runner.run_case
 first = []
 def recording(data, case, **kw):
     if not first:
         first.append(set(sys.modules))
     r = real(data, case, **kw)
-    r.message = json.dumps(sorted(set(sys.modules) - first[0]))
+    new = sorted(set(sys.modules) - first[0])
+    r.message = json.dumps({"n": len(new), "some": new[:5]})  # messages are capped
     return r
 runner.run_case = recording
-entry = make_entry(Scale, _samples, name="Scale")
-checks = ("vmap", "vjp", "jvp", "grad_of_vmap", "vmap_of_jvp")
-results = run_parallel([entry], Options(checks=checks, dtype=torch.float64), 1)
-new = sorted({m for r in results for m in json.loads(r.message or "[]")})
-print(json.dumps({"statuses": sorted({r.status for r in results}), "new": new}))
+entry = make_entry(function, defs._samples, name=function.__name__)
+checks = ("vmap", "vjp", "jvp", "grad_of_vmap", "vmap_of_jvp", "jvp_of_vjp", "vjp_of_vjp")
+results = run_parallel([entry], Options(checks=checks, dtype=torch.float64), workers)
+seen = [json.loads(r.message) for r in results]
+new = sorted({m for x in seen for m in x["some"]})
+print(json.dumps({"statuses": sorted({r.status for r in results}), "new": new,
+                  "n": max(x["n"] for x in seen)}))
 """
 
 
-def test_a_forked_worker_imports_nothing_its_cases_need(tmp_path):
+@pytest.mark.parametrize("function,workers", [("Scale", 1), ("Cube", 2)])
+def test_a_forked_worker_imports_nothing_its_cases_need(tmp_path, function, workers):
+    """Cube at two workers: the import of torch._dynamo its second-order cases take (torch's
+    Python references) is taken once, in the parent, not once per worker."""
     script = tmp_path / "forked.py"
     script.write_text(FORKED)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, str(script), str(ROOT)],
+        [sys.executable, str(script), str(ROOT), function, str(workers)],
         capture_output=True,
         text=True,
         env=env,
@@ -210,7 +244,7 @@ def test_a_forked_worker_imports_nothing_its_cases_need(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["statuses"] == ["pass"]
-    assert out["new"] == []  # sympy, the JIT jvp decompositions: loaded once, before the fork
+    assert out["new"] == [] and out["n"] == 0  # sympy, jvp decompositions...: before the fork
 
 
 def test_warm_up_needs_follow_the_checks():
@@ -221,6 +255,8 @@ def test_warm_up_needs_follow_the_checks():
     assert needs(["vmap_of_jvp"]) == ["backward", "forward"]
     assert needs(["compiled_vjp", "vjp_of_compiled"]) == ["backward", "compile"]
     assert needs(["compiled_jvp"]) == ["backward", "forward", "compile"]
+    assert needs(["vjp_of_vjp"]) == ["backward"]  # one worker: it takes the refs' import itself
+    assert needs(["vjp_of_vjp", "vmap"], workers=2) == ["backward", "refs"]
 
 
 # --- expectations ------------------------------------------------------------------------

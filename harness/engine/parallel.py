@@ -391,7 +391,7 @@ def _run_forked(
     from harness.engine.runner import run_case, timed_out_twice
     from harness.engine.timeouts import TimeoutLedger
 
-    warmup.warm_for(cases)  # what torch loads on first use: once here, not in every worker
+    warmup.warm_for(cases, workers)  # torch's first uses: once here, not in every worker
 
     # Shared through a file in the pool's folder: a worker counts its own timeouts, the
     # controller those of workers the native-hang watchdog killed; both read all of them.

@@ -4,7 +4,8 @@ torch loads parts of itself on first use: the first ``torch.autograd.grad`` with
 ``grad_outputs`` imports ``torch.fx.experimental.symbolic_shapes`` (and sympy with it,
 about 0.4 s of CPU), the first forward-mode dual tensor compiles the JIT decompositions of
 ``torch._decomp.decompositions_for_jvp`` (about 0.2 s), and ``torch.func.vjp``'s backward
-imports ``torch._dynamo`` (about 1 s) unless ``harness.core.dynamo_shim`` keeps it out. A
+imports ``torch._dynamo`` (about 1 s) unless ``harness.core.dynamo_shim`` keeps it out (and
+so does the first call of one of torch's Python references under a transform). A
 forked worker inherits what its parent loaded; what the parent did not load, every worker
 loads again. ``warm_for(cases)`` takes each first use once in the parent, for the kinds of
 checks among the cases (a run of vmap checks only loads nothing), with tiny float64
@@ -22,6 +23,8 @@ from harness.core import dynamo_shim
 
 #: Checks whose references or transforms run forward-mode AD (dual tensors).
 FORWARD_CHECKS = frozenset({"jvp", "jvp_of_vmap", "vmap_of_jvp", "jvp_of_vjp", "jacfwd"})
+#: Checks that differentiate a Function's backward or jvp again (a transform over it).
+SECOND_ORDER_CHECKS = frozenset({"jvp_of_vjp", "vjp_of_vjp"})
 
 
 def _ones() -> torch.Tensor:
@@ -50,8 +53,20 @@ def _compile() -> None:
     import torch._dynamo  # noqa: F401 (what every compiled case imports first)
 
 
-def needs(checks: Iterable[str]) -> list[str]:
-    """The first uses the checks will take: "backward", "forward", "compile"."""
+def _refs() -> None:
+    """An op torch runs through a Python reference under a transform (``t * 2`` under
+    ``torch.func.jvp``): the first call of a ``torch._disable_dynamo`` reference imports
+    ``torch._dynamo``, shim or not, as a backward like ``grad * 6 * x`` under a
+    second-order transform does."""
+    torch.func.jvp(lambda t: t * 2, (_ones(),), (_ones(),))
+
+
+def needs(checks: Iterable[str], workers: int = 1) -> list[str]:
+    """The first uses the checks will take: "backward", "forward", "compile", and "refs"
+    (the ``torch._dynamo`` import of torch's Python references, about 1 s) where two or
+    more workers would each take it: forward-mode or second-order checks make it likely
+    (the database's and PyTorch's entries do), not certain, so one worker (``afdb check``'s
+    default) takes it itself, only if a case needs it."""
     from harness.checks.catalogue import CHECKS, check_names
 
     check_names()  # the catalogue is filled on first use
@@ -65,13 +80,16 @@ def needs(checks: Iterable[str]) -> list[str]:
             wanted.append("forward")
         if name.startswith("compiled_") or name.endswith("_of_compiled"):
             wanted.append("compile")
-    return [w for w in ("backward", "forward", "compile") if w in wanted]
+        if workers >= 2 and (name in FORWARD_CHECKS or name in SECOND_ORDER_CHECKS):
+            wanted.append("refs")
+    return [w for w in ("backward", "forward", "compile", "refs") if w in wanted]
 
 
 _WARMERS: dict[str, Callable[[], None]] = {
     "backward": _backward,
     "forward": _forward,
     "compile": _compile,
+    "refs": _refs,
 }
 
 
@@ -88,9 +106,9 @@ def warm(kinds: Iterable[str]) -> list[str]:
     return done
 
 
-def warm_for(cases: Iterable[Any]) -> list[str]:
+def warm_for(cases: Iterable[Any], workers: int = 1) -> list[str]:
     """``warm(needs(...))`` for the checks of ``cases`` (objects with a ``check`` name)."""
-    return warm(needs(c.check for c in cases))
+    return warm(needs((c.check for c in cases), workers))
 
 
-__all__ = ["FORWARD_CHECKS", "needs", "warm", "warm_for"]
+__all__ = ["FORWARD_CHECKS", "SECOND_ORDER_CHECKS", "needs", "warm", "warm_for"]
