@@ -150,7 +150,8 @@ def scale_groups(
     ``max(1, |x_e|)`` (elements of size up to 10 are one part), each with its largest
     ``max(1, |x_e|)``. The parts sum to the direction; parts with a zero tangent are left out."""
     decades = [None if t is None else _decade(x) for x, t in zip(primals, tangents)]
-    found = sorted({float(k) for d in decades if d is not None for k in d.unique().tolist()})
+    # float() of each element, not .tolist(): tensor subclasses (certify --subclass) refuse it
+    found = sorted({float(k) for d in decades if d is not None for k in d.unique()})
     groups: list[tuple[float, list[torch.Tensor | None]]] = []
     for k in found:
         part: list[torch.Tensor | None] = []
