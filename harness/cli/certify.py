@@ -291,6 +291,8 @@ def certify(
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    # the files it was made with, not the merged temporary one (gone, and a machine path)
+    result.metadata["expectations"] = " + ".join(_relative(p) for p in exp_sources) or None
     reclassify(result.cases, backend)
     for r in result.cases:
         if r.repro:
