@@ -119,6 +119,13 @@ def test_verify_never_looks_up_a_compile_backend_torch_does_not_register(
     assert "torch.compile backend afdb_evil, which torch does not register itself" in err
 
 
+def test_a_certificate_records_its_expectations_files_not_a_temporary_merge(two_cert):
+    cert = read_certificate(two_cert)
+    recorded = cert["cases"]["metadata"]["expectations"]
+    assert recorded == cert["scope"]["expectations"] and " + " in recorded
+    assert not recorded.startswith("/")
+
+
 def test_verify_a_subclass_named_by_the_user(two_cert, capsys):
     rc, out, err = _verify(capsys, two_cert, "--subclass", TWO)
     assert rc == 0, out + err
