@@ -138,17 +138,17 @@ def test_table_renders_failures_first(report_file, tmp_path):
 def test_filters_from_the_url(report_file, tmp_path):
     path, result = report_file
     page = open_page(path, "status=pass&view=flat", tmp_path)
-    assert [r["status"] for r in page.rows] == ["pass"] * 5
+    assert [r["status"] for r in page.rows] == ["pass"] * 6
     page = open_page(path, "view=flat&q=" + quote("Doubler/vmap/s0/in_dims=(1,)"), tmp_path)
     assert [r["cells"][0] for r in page.rows] == ["Doubler/vmap/s0/in_dims=(1,)"]
     page = open_page(path, "view=flat&entry=" + quote(HOSTILE_NAME, safe=""), tmp_path)
-    assert {r["entry"] for r in page.rows} == {HOSTILE_NAME} and len(page.rows) == 5
+    assert {r["entry"] for r in page.rows} == {HOSTILE_NAME} and len(page.rows) == 6
 
 
 def test_hostile_strings_are_shown_as_text(report_file, tmp_path):
     path, _ = report_file
     page = open_page(path, "status=error&view=flat", tmp_path)
-    assert len(page.rows) == 5
+    assert len(page.rows) == 6
     row = page.rows[0]
     assert row["cells"][1] == HOSTILE_NAME  # the entry cell shows the name, markup and all
     assert row["cells"][0].startswith(HOSTILE_NAME + "/vmap/")
@@ -160,13 +160,13 @@ def test_hostile_strings_are_shown_as_text(report_file, tmp_path):
 def test_grid_has_one_cell_per_entry_and_check_worst_first(report_file, tmp_path):
     path, result = report_file
     page = open_page(path, "", tmp_path)
-    assert page.grid_entries == [HOSTILE_NAME, "Doubler"]  # 5 errors before 5 passes
+    assert page.grid_entries == [HOSTILE_NAME, "Doubler"]  # 6 errors before 6 passes
     cells = {(c["data-entry"], c["data-check"]): c for c in page.cells}
     assert set(cells) == {(HOSTILE_NAME, "vmap"), ("Doubler", "vmap")}
     assert cells[(HOSTILE_NAME, "vmap")]["data-class"] == "bad"
     assert cells[("Doubler", "vmap")]["data-class"] == "pass"
-    assert cells[(HOSTILE_NAME, "vmap")]["title"] == f"{HOSTILE_NAME} / vmap: 5 error"  # on hover
-    assert cells[("Doubler", "vmap")]["title"] == "Doubler / vmap: 5 pass"
+    assert cells[(HOSTILE_NAME, "vmap")]["title"] == f"{HOSTILE_NAME} / vmap: 6 error"  # on hover
+    assert cells[("Doubler", "vmap")]["title"] == "Doubler / vmap: 6 pass"
 
 
 CLICK_DOUBLER = 'document.querySelector(\'#grid button.cell[data-entry="Doubler"][data-check="vmap"]\').click();'
@@ -175,14 +175,14 @@ CLICK_DOUBLER = 'document.querySelector(\'#grid button.cell[data-entry="Doubler"
 def test_a_click_on_a_grid_cell_filters_the_case_table(report_file, tmp_path):
     path, _ = report_file
     before = open_page(path, "", tmp_path)
-    assert int(before.body["data-matching"]) == 10
+    assert int(before.body["data-matching"]) == 12
     page = open_page(path, "", tmp_path, then=CLICK_DOUBLER)
-    assert int(page.body["data-matching"]) == 5
+    assert int(page.body["data-matching"]) == 6
     assert {g["data-entry"] for g in page.groups} == {"Doubler"}
     selected = [c for c in page.cells if "sel" in c["class"].split()]
     assert [(c["data-entry"], c["data-check"]) for c in selected] == [("Doubler", "vmap")]
     flat = open_page(path, "view=flat", tmp_path, then=CLICK_DOUBLER)
-    assert [r["entry"] for r in flat.rows] == ["Doubler"] * 5
+    assert [r["entry"] for r in flat.rows] == ["Doubler"] * 6
 
 
 def test_the_case_table_groups_by_root_cause_collapsed(report_file, tmp_path):
@@ -190,8 +190,8 @@ def test_the_case_table_groups_by_root_cause_collapsed(report_file, tmp_path):
     page = open_page(path, "", tmp_path)
     assert page.rows == [] and int(page.body["data-rendered"]) == 0  # collapsed by default
     assert [(g["data-status"], g["data-count"]) for g in page.groups] == [
-        ("error", "5"),
-        ("pass", "5"),
+        ("error", "6"),
+        ("pass", "6"),
     ]
     assert all(g["aria-expanded"] == "false" for g in page.groups)
     opened = open_page(
@@ -200,7 +200,7 @@ def test_the_case_table_groups_by_root_cause_collapsed(report_file, tmp_path):
         tmp_path,
         then="document.querySelector('tr.group[data-status=\"error\"]').click();",
     )
-    assert [r["status"] for r in opened.rows] == ["error"] * 5
+    assert [r["status"] for r in opened.rows] == ["error"] * 6
     assert {r["entry"] for r in opened.rows} == {HOSTILE_NAME}
 
 
@@ -216,14 +216,14 @@ document.body.setAttribute("data-segments", parts.join(";"));
 
 def test_a_cell_whose_cases_differ_shows_each_colour_in_proportion(tmp_path):
     path = tmp_path / "split.html"
-    write_html(split_result(), path)  # Doubler / vmap: 3 fail, 2 pass
+    write_html(split_result(), path)  # Doubler / vmap: 4 fail, 2 pass
     page = open_page(path, "", tmp_path, then=MEASURE_SPLIT)
     parts = [p.split("=") for p in page.body["data-segments"].split(";")]
     widths, colours = [float(w) for w, _ in parts], [c for _, c in parts]
     assert len(widths) == 2 and colours[0] != colours[1], parts
     assert colours[0] == "rgb(179, 38, 30)"  # the failures' red, on the left
     assert abs(sum(widths) - float(page.body["data-cell-width"])) < 0.5
-    assert abs(widths[0] / widths[1] - 3 / 2) < 0.1, widths
+    assert abs(widths[0] / widths[1] - 4 / 2) < 0.1, widths
     uniform = next(c for c in page.cells if c["data-entry"] == HOSTILE_NAME)
     assert uniform["data-class"] == "bad" and "mixed" not in uniform["class"]
 

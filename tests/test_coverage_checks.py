@@ -178,7 +178,9 @@ def test_three_level_gradient_custom_is_compared_with_eager_references():
 
 
 def test_vmap_of_autograd_grad_alone_catches_a_backward_batched_gradients_cannot_enter():
-    results = run(pc.LegacyNumpyBackwardSin, TRANSFORMS)
+    # a numpy backward is not differentiable again (eager_vjp_of_vjp reports its silent
+    # zeros): declared here, so that only the first-order bug is left to find
+    results = run(pc.LegacyNumpyBackwardSin, TRANSFORMS, double_backward=False)
     assert flagged_checks(results) == {"vmap_of_autograd_grad"}, [
         (r.id, r.status, r.message[:200]) for r in results if r.status in BAD
     ]

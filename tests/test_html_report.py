@@ -109,9 +109,9 @@ def test_a_cell_whose_cases_differ_is_split_in_proportion():
     cells = Grid(html_report.to_html(split_result())).cells
     mixed = cells[("Doubler", "vmap")]
     assert mixed["class"].split() == ["cell", "mixed"] and mixed["data-class"] == "bad"
-    assert mixed["segments"] == [("c-bad", 3), ("c-pass", 2)]  # worst first
+    assert mixed["segments"] == [("c-bad", 4), ("c-pass", 2)]  # worst first
     assert (
-        mixed["data-mix"] == "bad:3,pass:2" and mixed["title"] == "Doubler / vmap: 3 fail, 2 pass"
+        mixed["data-mix"] == "bad:4,pass:2" and mixed["title"] == "Doubler / vmap: 4 fail, 2 pass"
     )
     uniform = cells[(HOSTILE_NAME, "vmap")]
     assert uniform["class"].split() == ["cell", "c-bad"] and uniform["segments"] == []

@@ -41,12 +41,28 @@ def test_user_files_are_relative_to_the_working_directory_or_shortened(tmp_path,
 def test_an_exception_is_described_with_a_portable_location(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = tmp_path / "user_fn.py"
-    source.write_text("def boom():\n    raise ValueError('bad rule')\n")
+    source.write_text(
+        "class Rule:\n"
+        "    @staticmethod\n"
+        "    def vmap(info, in_dims, x):\n"
+        "        if x:\n"
+        "            raise ValueError('bad rule')\n"
+        "        return helper(x)\n"
+        "\n"
+        "def helper(x):\n"
+        "    raise ValueError('bad helper')\n"
+    )
     namespace: dict = {}
     exec(compile(source.read_text(), str(source), "exec"), namespace)
-    try:
-        namespace["boom"]()
-    except ValueError as e:
-        text = describe_exception(e)
-    assert text == "ValueError: bad rule (at user_fn.py:2 in boom)"
-    assert str(tmp_path) not in text
+    texts = []
+    for x in (True, False):
+        try:
+            namespace["Rule"].vmap(None, (0,), x)
+        except ValueError as e:
+            texts.append(describe_exception(e))
+    # raised in the rule itself: one location; raised deeper: where it entered the rule first
+    assert texts == [
+        "ValueError: bad rule (at user_fn.py:5 in vmap)",
+        "ValueError: bad helper (in Rule.vmap at user_fn.py:6; raised at user_fn.py:9 in helper)",
+    ]
+    assert not [t for t in texts if str(tmp_path) in t]

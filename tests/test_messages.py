@@ -213,7 +213,7 @@ class TestUsageErrors(expecttest.TestCase):
             f"{unknown}\n{missing}",
             """\
 afdb check: error: unknown check 'vmapp'; known checks: vmap, vmap_nested, vmap_chunked, vmap_hazard, vmap_fallback, contract, jvp, vjp, grad_of_vmap, jvp_of_vmap, vmap_of_vjp, vmap_of_jvp, jvp_of_vjp, vjp_of_vjp, vmap_of_vjp_of_vjp, vmap_of_jvp_of_vjp, vmap_of_autograd_grad, jacrev, jacfwd, opcheck_schema, opcheck_autograd_registration, opcheck_faketensor, opcheck_aot_dispatch_static, opcheck_aot_dispatch_dynamic, eager_vjp, eager_jvp, eager_vjp_of_vjp
-afdb check: error: TARGET: ROOT/examples/rotations.py has no attribute 'NoSuchThing'; it defines BrokenRotatePoints, RotatePoints, annotations, np, random_rotation, rotation_samples, torch""",
+afdb check: error: TARGET: examples/rotations.py has no attribute 'NoSuchThing'; it defines BrokenRotatePoints, RotatePoints, annotations, np, random_rotation, rotation_samples, torch""",
         )
 
 

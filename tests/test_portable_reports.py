@@ -153,15 +153,21 @@ def test_diff_of_the_two_installs_says_no_change(two_installs, capsys):
         assert "source locations" not in out  # the messages are the same text
 
 
-def test_a_report_repro_finds_the_target_from_the_reports_folder(
+def test_a_report_repro_of_a_named_target_runs_from_any_directory(
     two_installs, tmp_path, capsys, monkeypatch
 ):
     at, *_ = next(iter(two_installs.values()))
     report = at / "project" / "check.json"
     case = next(c for c in json.loads(report.read_text())["cases"] if c["status"] != "pass")
     script = tmp_path / "repro.py"
-    monkeypatch.chdir(tmp_path)  # not the project: the file is found beside the report
-    rc = cli.main(["repro", case["id"], "--report", str(report), "-o", str(script)])
+    monkeypatch.chdir(tmp_path)  # not the project
+    # a report's target is never imported on its word (issue 21): the user names it, here
+    # from another directory
+    userlib = at / "project" / "portable_userlib.py"
+    rc = cli.main(
+        ["repro", case["id"], f"{userlib}:Scale", "--samples", f"{userlib}:samples"]
+        + ["--report", str(report), "-o", str(script)]
+    )
     assert rc == 0, capsys.readouterr().err
     # the script finds the user's file from its own folder, not from where it runs
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -251,4 +257,6 @@ def test_a_report_repro_elsewhere_says_where_to_run_it(two_installs, tmp_path, c
     case = next(c for c in json.loads(report.read_text())["cases"] if c["status"] != "pass")
     assert cli.main(["repro", case["id"], "--report", str(report), "-o", "-"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "run afdb repro from that directory" in err, err
+    # one line that says what to name (the report's target is never imported on its word)
+    assert len(err.splitlines()) == 1 and "name it yourself, after reading it" in err, err
+    assert "portable_userlib.py:Scale --samples portable_userlib.py:samples" in err

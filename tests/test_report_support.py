@@ -55,12 +55,12 @@ def mixed_result() -> RunResult:
 
 
 def split_result() -> RunResult:
-    """``mixed_result`` with three of Doubler's five vmap cases turned into failures, so the
-    grid has a cell whose cases differ (3 fail, 2 pass) beside a uniform one (5 error)."""
+    """``mixed_result`` with four of Doubler's six vmap cases turned into failures, so the
+    grid has a cell whose cases differ (4 fail, 2 pass) beside a uniform one (6 error)."""
     r = mixed_result()
     cases, turned = [], 0
     for c in r.cases:
-        if c.entry == "Doubler" and turned < 3:
+        if c.entry == "Doubler" and turned < 4:
             turned += 1
             c = type(c)(**{**c.to_dict(), "status": "fail", "message": "vmap: values differ"})
         cases.append(c)

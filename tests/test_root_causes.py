@@ -122,7 +122,7 @@ def test_assert_conforms_groups_as_the_cli_does():
     with pytest.raises(AssertionError) as info:
         assert_conforms(rotations.BrokenRotatePoints, rotations.rotation_samples, checks=["vmap"])
     lines = str(info.value).splitlines()
-    assert lines[0] == "BrokenRotatePoints: 8 of 17 cases do not conform, 1 root cause:"
+    assert lines[0] == "BrokenRotatePoints: 8 of 18 cases do not conform, 1 root cause:"
     assert lines[1] == "  FAIL 8 cases in vmap (one root cause)"
     assert lines[2].startswith("    vmap in_dims=") and "output 0: shape (2, 4, 3)" in lines[2]
     assert (
@@ -130,5 +130,5 @@ def test_assert_conforms_groups_as_the_cli_does():
     )
     assert lines[4].startswith("    reproduce: afdb repro 'BrokenRotatePoints/vmap/s0/")
     assert "rotations:BrokenRotatePoints --samples rotations:rotation_samples" in lines[4]
-    assert lines[-1] == "FAIL: 17 cases: 9 pass, 8 fail"
+    assert lines[-1] == "FAIL: 18 cases: 10 pass, 8 fail"
     assert len(lines) == 6  # 8 failures of one cause: one block, not 16 lines

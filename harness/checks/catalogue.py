@@ -232,5 +232,6 @@ def _load_builtin_checks() -> None:
         "batched_grad",
         "fallback",
         "opcheck",
+        "containers",  # read by every vmap and autodiff case's guard (registers nothing)
     ):
         importlib.import_module(f"harness.checks.{module}")

@@ -261,8 +261,8 @@ def execute(
         ),
     )
     if hasattr(target, "to_dict"):
-        # base_dir is this machine's working directory: `afdb repro --report` looks for the
-        # files from where it runs, then from the report's folder and the folders above it.
+        # base_dir is this machine's working directory, not recorded. `afdb repro --report`
+        # never imports this target on the report's word: its refusal names it to the user.
         result.metadata["target_spec"] = {**target.to_dict(), "base_dir": None}
     result.metadata["interrupted"] = interrupted
     if stopped:

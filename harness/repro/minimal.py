@@ -239,6 +239,8 @@ def generate_minimal(
         raise NotMinimal(f"the {check} check")
     if entry.gradient == "custom" and check not in CUSTOM_OK:
         raise NotMinimal("gradient=custom (the suite accepts either of two references)")
+    if getattr(case.plan, "dtype", None):
+        raise NotMinimal("a dtype leg (the Function at one dtype, the reference at float64)")
     facts = _Facts(entry, options, case)
     src = _Source(entry, options, case, target, script_dir or os.getcwd())
     full = f"{command or 'afdb repro ' + case.id} --full"
