@@ -236,9 +236,8 @@ def test_dropout_like_function_meets_the_bug_under_randomness_same():
 def test_the_database_entry_needs_no_expectation_for_it():
     import json
 
-    from harness.sources import expectations_path
-
     from harness.expectations import installed_torch, torch_admits
+    from harness.sources import expectations_path
 
     exps = json.loads(Path(expectations_path("afdb")).read_text())["expectations"]
     here = [e for e in exps if torch_admits(e.get("torch", ""), installed_torch())]
