@@ -253,7 +253,7 @@ def format_failures(result: RunResult, *, limit: int = 20) -> str:
     one), at most ``limit`` blocks, then how many more."""
     from harness.reports.grouping import failure_groups, plural, terminal_lines
 
-    if result.ok and result.nothing_checked:
+    if result.ok and result.nothing_checked and not result.metadata.get("interrupted"):
         return nothing_checked_message(result)
     bad = result.failures()
     groups = failure_groups(result.cases)
@@ -322,7 +322,7 @@ def summary_notes(result: RunResult) -> list[str]:
             f"{', ...' if len(refused) > 5 else ''} (no setup_context: a torch.library "
             "register_autograd rule in this torch); eager autograd was checked instead"
         )
-    if result.ok and result.nothing_checked:
+    if result.ok and result.nothing_checked and not result.metadata.get("interrupted"):
         notes.append(
             "nothing checked: every case is unsupported or skipped, so this run does not "
             f"conform (exit {NOTHING_CHECKED_EXIT})"
