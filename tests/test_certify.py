@@ -317,3 +317,11 @@ def test_committed_backend_expectations_apply(capsys, tmp_path):
     # the run inside names the same files, never the merged temporary copy
     assert cert["cases"]["metadata"]["expectations"] == cert["scope"]["expectations"]
     assert "afdb-certify-" not in json.dumps(cert)
+
+
+def test_every_catalogue_check_belongs_to_a_named_area():
+    # a new check that fell into "other" made a certificate's areas say nothing about it
+    from harness.certify.certificate import OTHER_AREA, area_of
+    from harness.checks.catalogue import check_names
+
+    assert [c for c in check_names() if area_of(c) == OTHER_AREA] == []

@@ -33,13 +33,34 @@ INCOMPLETE = "incomplete"
 
 #: Areas in the order a certificate lists them, with the checks each covers.
 AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("vmap", ("vmap",)),
+    ("vmap", ("vmap", "vmap_hazard", "vmap_fallback")),
     ("nested and chunked vmap", ("vmap_nested", "vmap_chunked")),
     ("rule contract", ("contract",)),
-    ("first-order AD", ("jvp", "vjp", "jacrev", "jacfwd")),
-    ("second-order AD", ("jvp_of_vjp", "vjp_of_vjp")),
-    ("vmap/AD compositions", ("grad_of_vmap", "jvp_of_vmap", "vmap_of_vjp", "vmap_of_jvp")),
+    ("first-order AD", ("jvp", "vjp", "jacrev", "jacfwd", "eager_vjp", "eager_jvp")),
+    ("second-order AD", ("jvp_of_vjp", "vjp_of_vjp", "eager_vjp_of_vjp")),
+    (
+        "vmap/AD compositions",
+        (
+            "grad_of_vmap",
+            "jvp_of_vmap",
+            "vmap_of_vjp",
+            "vmap_of_jvp",
+            "vmap_of_vjp_of_vjp",
+            "vmap_of_jvp_of_vjp",
+            "vmap_of_autograd_grad",
+        ),
+    ),
     ("cross-backend", ("cross_backend",)),
+    (
+        "custom ops (opcheck)",
+        (
+            "opcheck_schema",
+            "opcheck_autograd_registration",
+            "opcheck_faketensor",
+            "opcheck_aot_dispatch_static",
+            "opcheck_aot_dispatch_dynamic",
+        ),
+    ),
 )
 COMPILE_AREA = "compile"
 OTHER_AREA = "other"
