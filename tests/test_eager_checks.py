@@ -277,7 +277,6 @@ def test_afdb_run_exits_5_when_nothing_is_checked(capsys):
     assert "nothing checked" in out and "NOTHING CHECKED: 0 cases: no cases" in out
 
 
-
 def test_an_interrupted_run_is_not_called_nothing_checked():
     from harness.api import summary_notes
     from harness.core.results import RunResult
@@ -286,6 +285,7 @@ def test_an_interrupted_run_is_not_called_nothing_checked():
     stopped = RunResult([], {"interrupted": True})
     assert not [n for n in summary_notes(stopped) if "nothing checked" in n]
     assert [n for n in summary_notes(RunResult([], {})) if "nothing checked" in n]
+
 
 PLUGIN_MODULE = """
 from harness.pytest_plugin import conformance_tests
