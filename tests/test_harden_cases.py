@@ -155,9 +155,22 @@ def test_a_real_ctrl_c_still_interrupts_the_run(tmp_path):
             sys.path.insert(0, {str(ROOT)!r})
             from harness import check
             from tests.hostile_state import SlowDouble, samples
-            threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+
+            class CtrlCDuringACase(SlowDouble):
+                # the Ctrl-C comes from another thread while the first rule call sleeps (a
+                # timer started before check() could land before any case under load)
+                started = False
+
+                @staticmethod
+                def vmap(info, in_dims, x):
+                    if not CtrlCDuringACase.started:
+                        CtrlCDuringACase.started = True
+                        kill = lambda: os.kill(os.getpid(), signal.SIGINT)
+                        threading.Timer(0.05, kill).start()
+                    return SlowDouble.vmap(info, in_dims, x)
+
             try:
-                check(SlowDouble, samples, checks=["vmap"])
+                check(CtrlCDuringACase, samples, checks=["vmap"])
             except KeyboardInterrupt:
                 print("INTERRUPTED")
                 sys.exit(0)
