@@ -50,7 +50,6 @@ from harness.checks.autodiff import (
 )
 from harness.checks.autodiff_refs import (
     COTANGENT_WHY,
-    EAGER_CUSTOM_REFERENCE,
     FULL_JACOBIAN_MAX,
     IDENTITY_DIRECTIONS,
     INPUT_WHY,
@@ -81,6 +80,7 @@ from harness.checks.first_order import (
     CUSTOM_GRADIENT_HINT,
     _differs_everywhere,
     either_reference,
+    jvp_references,
 )
 from harness.checks.references import (
     _identity_problems,
@@ -303,31 +303,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
     if custom:
         require_jacobian_budget(view, "the custom backward's Jacobian (reference)")
         jac = eager_jacobian(view)
-    args64 = view.args64()
-
-    def fd_reference(subset: Sequence[int]) -> list[torch.Tensor]:
-        return attempt(  # type: ignore[no-any-return]
-            "finite differences (reference, float64 forward)",
-            fd.directional,
-            view.fd_fn(args64, subset, view.outs),
-            [args64[i] for i in subset],
-            [tangents[i] for i in subset],
-            step=entry.tolerances.fd_step,
-        )
-
-    def backward_reference(subset: Sequence[int]) -> list[torch.Tensor]:
-        assert jac is not None
-        every = [tangents[i] if i in subset else None for i in view.diff]
-        return fd.jvp_from_jacobian(jac, every, view.input_shapes)
-
-    references: dict[str, Callable[[Sequence[int]], list[torch.Tensor]]] = {
-        fd.FD_REFERENCE: fd_reference
-    }
-    if custom:
-        references[EAGER_CUSTOM_REFERENCE] = backward_reference
-    findings = Findings.derived(ctx, view)
-    by_name = {name: Findings.derived(ctx, view) for name in references} if custom else {}
-    by_name.setdefault(fd.FD_REFERENCE, findings)
+    references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
     cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
     cases.append(("non-contiguous inputs and tangents", view.diff, True))

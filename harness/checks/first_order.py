@@ -92,18 +92,25 @@ def either_reference(
     return ""
 
 
-def run_jvp(ctx: CaseContext) -> str:
-    view = diff_view(ctx)
-    eager_protocol(ctx, view)
-    same_function(ctx, view, "jvp")
+JvpReference = Callable[[Sequence[int]], list[torch.Tensor]]
+
+
+def jvp_references(
+    ctx: CaseContext,
+    view: Any,
+    tangents: dict[int, torch.Tensor],
+    jac: Any,
+) -> tuple[dict[str, JvpReference], Findings, dict[str, Findings]]:
+    """What a jvp (torch.func's or eager forward-mode's) is compared with, per input subset:
+    float64 central finite differences, and with ``jac`` (``gradient="custom"``: the custom
+    backward's Jacobian) the tangent that follows the custom backward too. Also the findings
+    that fail the case whatever the reference (contract and primal problems) and one
+    findings list per reference."""
     entry = ctx.entry
-    tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
-    custom = is_custom(entry)
-    jac = reference_jacobian(ctx, reference_view(ctx, view))[0] if custom else None
     args64 = view.args64()
 
     def fd_reference(subset: Sequence[int]) -> list[torch.Tensor]:
-        return attempt(
+        return attempt(  # type: ignore[no-any-return]
             "finite differences (reference, float64 forward)",
             fd.directional,
             view.fd_fn(args64, subset, view.outs),
@@ -113,19 +120,27 @@ def run_jvp(ctx: CaseContext) -> str:
         )
 
     def backward_reference(subset: Sequence[int]) -> list[torch.Tensor]:
-        assert jac is not None
         full = [tangents[i] if i in subset else None for i in view.diff]
         return fd.jvp_from_jacobian(jac, full, view.input_shapes)
 
-    references: dict[str, Callable[[Sequence[int]], list[torch.Tensor]]] = {
-        fd.FD_REFERENCE: fd_reference
-    }
-    if custom:
+    references: dict[str, JvpReference] = {fd.FD_REFERENCE: fd_reference}
+    if jac is not None:
         references[EAGER_CUSTOM_REFERENCE] = backward_reference
-    # contract and primal problems: they fail the case whatever the reference
     findings = Findings.derived(ctx, view)
-    by_name = {name: Findings.derived(ctx, view) for name in references} if custom else {}
+    by_name = {name: Findings.derived(ctx, view) for name in references} if jac is not None else {}
     by_name.setdefault(fd.FD_REFERENCE, findings)
+    return references, findings, by_name
+
+
+def run_jvp(ctx: CaseContext) -> str:
+    view = diff_view(ctx)
+    eager_protocol(ctx, view)
+    same_function(ctx, view, "jvp")
+    entry = ctx.entry
+    tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
+    custom = is_custom(entry)
+    jac = reference_jacobian(ctx, reference_view(ctx, view))[0] if custom else None
+    references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
     cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
     cases.append(("non-contiguous inputs and tangents", view.diff, True))
