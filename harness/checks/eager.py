@@ -51,12 +51,10 @@ from harness.checks.autodiff import (
 from harness.checks.autodiff_refs import (
     COTANGENT_WHY,
     FULL_JACOBIAN_MAX,
-    IDENTITY_DIRECTIONS,
     INPUT_WHY,
     TANGENT_WHY,
     Findings,
     Watch,
-    _close,
     attempt,
     diff_view,
     eager_protocol,
@@ -77,13 +75,12 @@ from harness.checks.eager_second_order import (
     run_eager_vjp_of_vjp,
 )
 from harness.checks.first_order import (
-    CUSTOM_GRADIENT_HINT,
-    _differs_everywhere,
+    compare_grads,
     either_reference,
+    fd_identity_check,
     jvp_references,
 )
 from harness.checks.references import (
-    _identity_problems,
     _subsets,
     eager_jacobian,
     fd_jacobian,
@@ -222,43 +219,19 @@ def run_eager_vjp(ctx: CaseContext) -> str:
             every = fd.vjp_from_jacobian(jac, cots, view.input_shapes)
             expected = [every[view.diff.index(i)] for i in ins]
         else:
-            gen = ctx.generator("directions", label)
-            directions = [
-                random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)
-            ]
-            f64 = view.fd_fn(args64, ins, outs)
-            rhs = []
-            for t in directions:
-                jt = attempt(
-                    "finite differences (reference, float64 forward)",
-                    fd.directional,
-                    f64,
-                    [args64[i] for i in ins],
-                    t,
-                    step=entry.tolerances.fd_step,
-                )
-                rhs.append(fd.dot(jt, [cot[j] for j in outs]))
-            before = len(findings.problems)
-            _identity_problems(label, findings, grads, directions, rhs, columns)
-            if len(findings.problems) - before == len(directions):
-                findings.hint(CUSTOM_GRADIENT_HINT)
+            fd_identity_check(ctx, findings, view, args64, label, ins, outs, cot, grads, columns)
             return
-        for i, actual, e in zip(ins, grads, expected):
-            ok = findings.compare(
-                f"{label}: grad of input {i} vs {ref_name} (reference)",
-                actual,
-                e,
-                view.args[i].dtype,
-            )
-            if not ok and not custom and _differs_everywhere(findings, actual, e):
-                findings.hint(CUSTOM_GRADIENT_HINT)
-            if not ok and not custom and isinstance(actual, torch.Tensor):
-                for k, other in zip(ins, expected):
-                    if k != i and _close(findings, actual, other):
-                        findings.hint(
-                            f"the grad of input {i} equals the reference grad of input {k}: "
-                            "backward returns its gradients in the wrong order?"
-                        )
+        compare_grads(
+            findings,
+            view,
+            label,
+            ref_name,
+            ins,
+            grads,
+            expected,
+            custom=custom,
+            order_hint_in_custom=False,
+        )
 
     cases = [
         (f"{in_name}, {out_name}", ins, outs, False)

@@ -92,6 +92,72 @@ def either_reference(
     return ""
 
 
+def compare_grads(
+    findings: Findings,
+    view: Any,
+    label: str,
+    ref_name: str,
+    ins: Sequence[int],
+    grads: Sequence[Any],
+    expected: Sequence[Any],
+    *,
+    custom: bool,
+    order_hint_in_custom: bool = True,
+) -> None:
+    """Each input's gradient against its reference, with the hints a wrong backward earns:
+    a formula wrong everywhere (not in custom mode, where the backward is the reference's
+    own), gradients returned in the wrong order."""
+    for i, actual, e in zip(ins, grads, expected):
+        ok = findings.compare(
+            f"{label}: grad of input {i} vs {ref_name} (reference)", actual, e, view.args[i].dtype
+        )
+        if not ok and not custom and _differs_everywhere(findings, actual, e):
+            findings.hint(CUSTOM_GRADIENT_HINT)
+        if ok or not isinstance(actual, torch.Tensor) or (custom and not order_hint_in_custom):
+            continue
+        for k, other in zip(ins, expected):
+            if k != i and _close(findings, actual, other):
+                findings.hint(
+                    f"the grad of input {i} equals the reference grad of input {k}: "
+                    "backward returns its gradients in the wrong order?"
+                )
+
+
+def fd_identity_check(
+    ctx: CaseContext,
+    findings: Findings,
+    view: Any,
+    args64: Sequence[Any],
+    label: str,
+    ins: Sequence[int],
+    outs: Sequence[int],
+    cot: dict[int, torch.Tensor],
+    grads: Sequence[Any],
+    columns: int,
+) -> None:
+    """Without a Jacobian (too many columns): ``<grad, t> = <cot, J t>`` for a few random
+    directions ``t``, ``J t`` by float64 finite differences; a failure in every direction
+    earns the wrong-formula hint."""
+    gen = ctx.generator("directions", label)
+    directions = [random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)]
+    f64 = view.fd_fn(args64, ins, outs)
+    rhs = []
+    for t in directions:
+        jt = attempt(
+            "finite differences (reference, float64 forward)",
+            fd.directional,
+            f64,
+            [args64[i] for i in ins],
+            t,
+            step=ctx.entry.tolerances.fd_step,
+        )
+        rhs.append(fd.dot(jt, [cot[j] for j in outs]))
+    before = len(findings.problems)
+    _identity_problems(label, findings, grads, directions, rhs, columns)
+    if len(findings.problems) - before == len(directions):
+        findings.hint(CUSTOM_GRADIENT_HINT)
+
+
 JvpReference = Callable[[Sequence[int]], list[torch.Tensor]]
 
 
@@ -263,43 +329,10 @@ def run_vjp(ctx: CaseContext) -> str:
     ) -> None:
         expected = reference(ins, outs)
         if expected is not None:
-            for i, actual, e in zip(ins, grads, expected):
-                ok = findings.compare(
-                    f"{label}: grad of input {i} vs {ref_name} (reference)",
-                    actual,
-                    e,
-                    view.args[i].dtype,
-                )
-                if not ok and not custom and _differs_everywhere(findings, actual, e):
-                    findings.hint(CUSTOM_GRADIENT_HINT)
-                if not ok and isinstance(actual, torch.Tensor):
-                    for k, other in zip(ins, expected):
-                        if k != i and _close(findings, actual, other):
-                            findings.hint(
-                                f"the grad of input {i} equals the reference grad of input {k}: "
-                                "backward returns its gradients in the wrong order?"
-                            )
+            compare_grads(findings, view, label, ref_name, ins, grads, expected, custom=custom)
             return
-        gen = ctx.generator("directions", label)
-        directions = [
-            random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)
-        ]
-        f64 = view.fd_fn(args64, ins, outs)
-        rhs = []
-        for t in directions:
-            jt = attempt(
-                "finite differences (reference, float64 forward)",
-                fd.directional,
-                f64,
-                [args64[i] for i in ins],
-                t,
-                step=entry.tolerances.fd_step,
-            )
-            rhs.append(fd.dot(jt, [cot[j] for j in outs]))
-        before = len(findings.problems)
-        _identity_problems(label, findings, grads, directions, rhs, columns)
-        if not custom and len(findings.problems) - before == len(directions):
-            findings.hint(CUSTOM_GRADIENT_HINT)
+        # only without gradient="custom" (whose reference, eager backward, is never None)
+        fd_identity_check(ctx, findings, view, args64, label, ins, outs, cot, grads, columns)
 
     cases = [
         (f"{in_name}, {out_name}", ins, outs, False)
