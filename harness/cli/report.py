@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -146,28 +147,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     d = diff.diff_reports(read_json(args.old), read_json(args.new), args.old, args.new)
     _check_writable(args, ("markdown", "json"), [("OLD.json", args.old), ("NEW.json", args.new)])
-    from harness.core.textsafe import visible
-
-    for w in d.warnings:  # metadata of the reports: shown, never sent to the terminal
-        print(f"warning: {visible(w, keep_newlines=False)}", file=sys.stderr)
-    failed: list[str] = []
-    written: list[str] = []
-    if args.markdown:
-        _attempt(
-            failed,
-            "markdown",
-            args.markdown,
-            lambda: _emit(diff.to_markdown(d, title=args.title), args.markdown),
-            written,
-        )
-    if args.json:
-        _attempt(failed, "json", args.json, lambda: _emit(diff.to_json(d), args.json), written)
-    if args.quiet:
-        print(f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}")
-    elif args.markdown != "-":
-        sys.stdout.write(diff.to_text(d))
-    if not args.quiet:
-        _say_written(args, written)
+    failed = _write_views(
+        args,
+        d.warnings,
+        {
+            "markdown": lambda: diff.to_markdown(d, title=args.title),
+            "json": lambda: diff.to_json(d),
+        },
+        summary=lambda: (
+            f"{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}: {d.summary_line()}"
+        ),
+        text=lambda: diff.to_text(d),
+    )
     if failed:  # after the summary: the user sees the verdict, then what is missing
         return _report_failures("diff", failed)
     if d.has_regressions and not args.quiet and args.markdown != "-":
@@ -193,32 +184,45 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         ("markdown", "html", "json"),
         [(f"REPORT.json #{n}", p) for n, p in enumerate(args.reports, 1)],
     )
-    for w in m.warnings:  # metadata of the reports: shown, never sent to the terminal
+    failed = _write_views(
+        args,
+        m.warnings,
+        {
+            "markdown": lambda: matrix.to_markdown(m, title=args.title),
+            "html": lambda: matrix.to_html(m, title=args.title),
+            "json": lambda: matrix.to_json(m),
+        },
+        summary=lambda: visible(m.summary_line(), keep_newlines=False),
+        text=lambda: matrix.to_text(m),
+    )
+    return _report_failures("matrix", failed)
+
+
+def _write_views(
+    args: argparse.Namespace,
+    warnings: list[str],
+    renderings: dict[str, Callable[[], str]],
+    *,
+    summary: Callable[[], str],
+    text: Callable[[], str],
+) -> list[str]:
+    """``diff`` and ``matrix``: the warnings, each rendering asked for (``--markdown``,
+    ``--html``, ``--json``; ``-`` for stdout), then the summary line (``-q``) or the text
+    (unless the Markdown went to stdout) and the "wrote" line. Returns the failed writes."""
+    from harness.core.textsafe import visible
+
+    for w in warnings:  # metadata of the reports: shown, never sent to the terminal
         print(f"warning: {visible(w, keep_newlines=False)}", file=sys.stderr)
     failed: list[str] = []
     written: list[str] = []
-    if args.markdown:
-        _attempt(
-            failed,
-            "markdown",
-            args.markdown,
-            lambda: _emit(matrix.to_markdown(m, title=args.title), args.markdown),
-            written,
-        )
-    if args.html:
-        _attempt(
-            failed,
-            "html",
-            args.html,
-            lambda: _emit(matrix.to_html(m, title=args.title), args.html),
-            written,
-        )
-    if args.json:
-        _attempt(failed, "json", args.json, lambda: _emit(matrix.to_json(m), args.json), written)
+    for flag, render in renderings.items():
+        path = getattr(args, flag)
+        if path:
+            _attempt(failed, flag, path, lambda r=render, p=path: _emit(r(), p), written)
     if args.quiet:
-        print(visible(m.summary_line(), keep_newlines=False))
+        print(summary())
     elif args.markdown != "-":
-        sys.stdout.write(matrix.to_text(m))
+        sys.stdout.write(text())
     if not args.quiet:
         _say_written(args, written)
-    return _report_failures("matrix", failed)
+    return failed
