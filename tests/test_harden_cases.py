@@ -152,6 +152,9 @@ def test_a_real_ctrl_c_still_interrupts_the_run(tmp_path):
         textwrap.dedent(
             f"""
             import os, signal, sys, threading
+            # as an interactive Python has it: a test run started in the background by a
+            # non-interactive shell inherits SIGINT ignored, and Python then keeps it so
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             sys.path.insert(0, {str(ROOT)!r})
             from harness import check
             from tests.hostile_state import SlowDouble, samples
