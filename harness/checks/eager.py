@@ -60,7 +60,6 @@ from harness.checks.autodiff_refs import (
     eager_protocol,
     is_custom,
     noncontiguous,
-    random_like,
     restricted,
 )
 from harness.checks.catalogue import (
@@ -76,6 +75,8 @@ from harness.checks.eager_second_order import (
 )
 from harness.checks.first_order import (
     compare_grads,
+    draw_cotangents,
+    draw_tangents,
     either_reference,
     fd_identity_check,
     jvp_references,
@@ -176,12 +177,7 @@ def run_eager_vjp(ctx: CaseContext) -> str:
     eager_protocol(ctx, view)
     entry = ctx.entry
     findings = Findings.derived(ctx, view)
-    cot = dict(
-        zip(
-            view.outs,
-            random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs]),
-        )
-    )
+    cot = draw_cotangents(ctx, view)
     custom = is_custom(entry)
     columns = view.columns()
     jac = None
@@ -270,7 +266,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
     entry = ctx.entry
-    tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
+    tangents = draw_tangents(ctx, view)
     custom = is_custom(entry)
     jac = None
     if custom:

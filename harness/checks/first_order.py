@@ -92,6 +92,17 @@ def either_reference(
     return ""
 
 
+def draw_tangents(ctx: CaseContext, view: Any) -> dict[int, torch.Tensor]:
+    """The case's random tangents, by differentiated input (its "tangents" stream)."""
+    return dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
+
+
+def draw_cotangents(ctx: CaseContext, view: Any) -> dict[int, torch.Tensor]:
+    """The case's random cotangents, by differentiable output (its "cotangents" stream)."""
+    outs = [view.outputs[j] for j in view.outs]
+    return dict(zip(view.outs, random_like(ctx.generator("cotangents"), outs)))
+
+
 def compare_grads(
     findings: Findings,
     view: Any,
@@ -203,7 +214,7 @@ def run_jvp(ctx: CaseContext) -> str:
     eager_protocol(ctx, view)
     same_function(ctx, view, "jvp")
     entry = ctx.entry
-    tangents = dict(zip(view.diff, random_like(ctx.generator("tangents"), view.primals())))
+    tangents = draw_tangents(ctx, view)
     custom = is_custom(entry)
     jac = reference_jacobian(ctx, reference_view(ctx, view))[0] if custom else None
     references, findings, by_name = jvp_references(ctx, view, tangents, jac)
@@ -288,12 +299,7 @@ def run_vjp(ctx: CaseContext) -> str:
     if not is_custom(entry):
         same_function(ctx, view, "vjp")
     findings = Findings.derived(ctx, view)
-    cot = dict(
-        zip(
-            view.outs,
-            random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs]),
-        )
-    )
+    cot = draw_cotangents(ctx, view)
     custom = is_custom(entry)
     columns = view.columns()
     jac = None
