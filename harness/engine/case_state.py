@@ -225,6 +225,12 @@ def restore_global(before: GlobalState) -> list[str]:
 #: The state the last case of this thread ended with (after its restore): torch state, global.
 _LAST_END: dict[int, tuple[Any, GlobalState]] = {}
 
+if hasattr(os, "register_at_fork"):
+    # A forked child's previous case is none: restoring the parent's last state there would,
+    # among other things, set torch back to the parent's thread count, and torch's OpenMP
+    # pool used with several threads after a fork waits forever for threads the child lacks.
+    os.register_at_fork(after_in_child=_LAST_END.clear)
+
 #: Threads a case left running -> the id of that case.
 _THREAD_OWNERS: dict[Any, str] = {}
 

@@ -136,13 +136,7 @@ def _worker_main(
     become_subreaper()  # a case's orphaned grandchildren come back here, to be killed
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    torch.set_num_threads(1)
-    from harness.engine.case_state import forget_last_case
-
-    # The controller's last in-process case (an earlier harness.check, --no-isolate run) is
-    # not this worker's previous case: restoring its state would undo the line above, and an
-    # OpenMP pool of several threads used again after a fork waits forever for its threads.
-    forget_last_case()
+    torch.set_num_threads(1)  # (case_state forgets the controller's last case at the fork)
     faults = open(faults_path, "w")  # noqa: SIM115 (the process ends with os._exit)
     faulthandler.enable(file=faults, all_threads=False)
     out = os.fdopen(results, "wb")  # buffered: a long line is written whole, flushed per line
