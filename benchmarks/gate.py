@@ -7,8 +7,8 @@ side of a comparison) and reported as medians and as ratios between measurements
 same round. CPU is the process's and its children's (``resource.RUSAGE_CHILDREN``).
 
 * ``check``: ``afdb check`` of the README's small Function (isolated, every default check)
-  against ``python -c "import torch, harness"``, and the same check with the dynamo shim
-  off (``AFDB_DYNAMO_SHIM=0``).
+  against ``python -c "import torch, harness"``, and the same check with the dynamo shim,
+  the grads shim or both off (``AFDB_DYNAMO_SHIM=0``, ``AFDB_GRADS_SHIM=0``).
 * ``watch``: ``afdb check --watch`` with N runs (the file touched after each) against one
   run: (CPU(N) - CPU(1)) / (N - 1) is what each later run costs, over a fresh check's CPU.
 * ``workers``: ``afdb run -n 1`` and ``-n 2`` on a part of the database (``--select``),
@@ -119,12 +119,18 @@ def _fmt(xs: list[float]) -> str:
 
 
 def bench_check(rounds: int) -> None:
-    sides: dict[str, list[tuple[float, float]]] = {"bare": [], "check": [], "check, shim off": []}
+    variants: dict[str, dict[str, str]] = {
+        "check": {},
+        "dynamo shim off": {"AFDB_DYNAMO_SHIM": "0"},
+        "grads shim off": {"AFDB_GRADS_SHIM": "0"},
+        "both shims off": {"AFDB_DYNAMO_SHIM": "0", "AFDB_GRADS_SHIM": "0"},
+    }
+    sides: dict[str, list[tuple[float, float]]] = {"bare": [], **{k: [] for k in variants}}
     run(CHECK)  # compile the bytecode once, unmeasured
     for _ in range(rounds):
         sides["bare"].append(run(BARE, afdb=False))
-        sides["check"].append(run(CHECK))
-        sides["check, shim off"].append(run(CHECK, AFDB_DYNAMO_SHIM="0"))
+        for name, env in variants.items():
+            sides[name].append(run(CHECK, **env))
     bare = sides["bare"]
     print("\n## afdb check (isolated, every default check) vs python -c 'import torch, harness'")
     for name, ms in sides.items():

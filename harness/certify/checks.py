@@ -401,9 +401,9 @@ def _compile(fn: Callable[..., Any], options: Options, backend: Any) -> Callable
 def run_compiled(ctx: CaseContext, transform: str, placement: str) -> str:
     import torch._dynamo
 
-    from harness.core import dynamo_shim
+    from harness.core import shims
 
-    dynamo_shim.forbid()  # torch's own backward path wherever something is compiled
+    shims.forbid()  # torch's own backward path wherever something is compiled
     backend = _backend_of(ctx)
     program = _Program(ctx, transform)
     eager_fn, inputs = program.program(ctx.entry.call)

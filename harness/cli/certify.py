@@ -258,9 +258,9 @@ def certify(
     from harness.sources import case_prefixes, load_source, options_for_source, select_entries
 
     if backend.kind == "compile":  # compiled autograd is what it certifies: torch's own path
-        from harness.core import dynamo_shim
+        from harness.core import shims
 
-        dynamo_shim.forbid()
+        shims.forbid()
     imports = import_modules(backend.imports)
     backend.validate()
     checks = parse_checks(args.checks, backend)

@@ -19,7 +19,7 @@ from harness.checks.catalogue import (
     Unsupported,
     get_check,
 )
-from harness.core import dynamo_shim
+from harness.core import shims
 from harness.core.errors import CaseTimeout
 from harness.core.locations import describe_exception
 from harness.core.options import Options
@@ -121,7 +121,7 @@ def run_case(
     if case.unsupported:
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result
-    dynamo_shim.install()  # torch.func's backward without the torch._dynamo import (idempotent)
+    shims.install()  # torch's first uses without dynamo and sympy, where safe (idempotent)
     drifted = between_cases() if watch_between else []
     # Nothing changed since the previous case ended: the state it ended with (after its
     # restore) is the state now, captured already.

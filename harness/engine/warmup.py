@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from harness.core import dynamo_shim
+from harness.core import shims
 
 #: Checks whose references or transforms run forward-mode AD (dual tensors).
 FORWARD_CHECKS = frozenset({"jvp", "jvp_of_vmap", "vmap_of_jvp", "jvp_of_vjp", "jacfwd"})
@@ -95,7 +95,7 @@ _WARMERS: dict[str, Callable[[], None]] = {
 
 def warm(kinds: Iterable[str]) -> list[str]:
     """Take the first uses named (see ``needs``); returns those that ran without error."""
-    dynamo_shim.install()  # the backward the cases take: the shim's, unless it is forbidden
+    shims.install()  # the backward the cases take: the shims', unless they are forbidden
     done = []
     for kind in kinds:
         try:
