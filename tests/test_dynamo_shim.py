@@ -9,9 +9,6 @@ change). The fresh-process tests show the import it avoids.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,7 @@ import torch
 import torch._functorch.eager_transforms as eager_transforms
 
 from harness.core import dynamo_shim
+from tests.fresh_process import fresh_json, install_for_test
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +25,7 @@ import json, os, sys
 import torch
 from harness.core import dynamo_shim
 from harness.engine import warmup
-installed = dynamo_shim.install()
+installed = dynamo_shim.PATCH.install()
 out, vjp_fn = torch.func.vjp(lambda t: t.sin() * t, torch.ones(3, dtype=torch.float64))
 vjp_fn(torch.ones(3, dtype=torch.float64))
 after_vjp = "torch._dynamo" in sys.modules
@@ -38,12 +36,7 @@ print(json.dumps({"installed": installed, "after_vjp": after_vjp,
 
 
 def _fresh(env_extra: dict[str, str]) -> dict[str, bool]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
-    proc = subprocess.run(
-        [sys.executable, "-c", FRESH], capture_output=True, text=True, env=env, timeout=240
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return fresh_json(FRESH, env_extra)
 
 
 def test_vjp_backward_in_a_fresh_process_imports_no_dynamo_with_the_shim_and_does_without():
@@ -57,11 +50,9 @@ def test_vjp_backward_in_a_fresh_process_imports_no_dynamo_with_the_shim_and_doe
 @pytest.fixture
 def shim(monkeypatch):
     """The shim installed for one test, whatever the process did before; removed after."""
-    dynamo_shim.uninstall()
-    monkeypatch.setattr(dynamo_shim, "_forbidden", False)
-    assert dynamo_shim.install()
+    install_for_test(dynamo_shim, monkeypatch)
     yield dynamo_shim
-    dynamo_shim.uninstall()
+    dynamo_shim.PATCH.uninstall()
 
 
 def _cases():
@@ -109,7 +100,7 @@ CASES = list(_cases())
 @pytest.mark.parametrize("label,build,retain,create", CASES, ids=[c[0] for c in CASES])
 def test_shim_gives_what_torchs_function_gives(shim, monkeypatch, label, build, retain, create):
     monkeypatch.setattr(dynamo_shim, "_dynamo_imported", lambda: False)  # the shim's own path
-    original = dynamo_shim._original
+    original = dynamo_shim.PATCH.original
     assert original is not None
     with torch.enable_grad():
         outs, ins, gos = build()
@@ -133,13 +124,13 @@ def test_create_graph_result_differentiates_again(shim, monkeypatch):
 
 def test_once_dynamo_is_imported_torchs_function_runs(shim, monkeypatch):
     calls = []
-    original = dynamo_shim._original
+    original = dynamo_shim.PATCH.original
 
     def spy(*a):
         calls.append(a)
         return original(*a)
 
-    dynamo_shim._original = spy
+    dynamo_shim.PATCH.original = spy
     try:
         monkeypatch.setattr(dynamo_shim, "_dynamo_imported", lambda: True)
         _, vjp_fn = torch.func.vjp(torch.sin, torch.ones(2, dtype=torch.float64))
@@ -150,27 +141,27 @@ def test_once_dynamo_is_imported_torchs_function_runs(shim, monkeypatch):
         vjp_fn2(torch.ones(2, dtype=torch.float64))
         assert len(calls) == 1  # absent again: the shim computed it
     finally:
-        dynamo_shim._original = original
+        dynamo_shim.PATCH.original = original
 
 
 def test_forbid_puts_torchs_function_back_for_good(shim, monkeypatch):
-    original = dynamo_shim._original
-    dynamo_shim.forbid()
+    original = dynamo_shim.PATCH.original
+    dynamo_shim.PATCH.forbid()
     assert eager_transforms._autograd_grad is original
-    assert not dynamo_shim.installed()
-    assert dynamo_shim.install() is False
+    assert not dynamo_shim.PATCH.installed()
+    assert dynamo_shim.PATCH.install() is False
 
 
 def test_not_installed_over_a_function_it_was_not_written_for(monkeypatch):
-    dynamo_shim.uninstall()
-    monkeypatch.setattr(dynamo_shim, "_forbidden", False)
+    dynamo_shim.PATCH.uninstall()
+    monkeypatch.setattr(dynamo_shim.PATCH, "off", False)
 
     def other(outputs, inputs, grad_outputs=None, retain_graph=False, create_graph=True, extra=1):
         raise AssertionError("not called")
 
     monkeypatch.setattr(eager_transforms, "_autograd_grad", other)
-    assert not dynamo_shim.compatible()
-    assert dynamo_shim.install() is False
+    assert not dynamo_shim.PATCH.compatible()
+    assert dynamo_shim.PATCH.install() is False
     assert eager_transforms._autograd_grad is other
 
 
@@ -192,11 +183,11 @@ def _compile_statuses(capsys, tmp_path, name):
 def test_compile_certification_runs_torchs_backward_and_keeps_its_statuses(
     capsys, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(dynamo_shim, "_forbidden", True)  # as with AFDB_DYNAMO_SHIM=0
-    dynamo_shim.uninstall()
+    monkeypatch.setattr(dynamo_shim.PATCH, "off", True)  # as with AFDB_DYNAMO_SHIM=0
+    dynamo_shim.PATCH.uninstall()
     without = _compile_statuses(capsys, tmp_path, "without")
-    monkeypatch.setattr(dynamo_shim, "_forbidden", False)
-    assert dynamo_shim.install()
+    monkeypatch.setattr(dynamo_shim.PATCH, "off", False)
+    assert dynamo_shim.PATCH.install()
     seen = []
     from harness.certify import checks as certify_checks
 
@@ -211,5 +202,5 @@ def test_compile_certification_runs_torchs_backward_and_keeps_its_statuses(
     assert with_shim == without
     assert {s for (b, _), s in with_shim.items() if b == "afdb_test_skewed"} >= {"fail"}
     assert seen and not any(seen)  # certify --compile forbade it before any compiled case
-    assert dynamo_shim.forbidden() and not dynamo_shim.installed()
-    dynamo_shim.uninstall()
+    assert dynamo_shim.PATCH.off and not dynamo_shim.PATCH.installed()
+    dynamo_shim.PATCH.uninstall()

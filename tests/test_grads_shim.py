@@ -9,9 +9,6 @@ the import it avoids.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -21,6 +18,7 @@ import torch
 import torch.autograd
 
 from harness.core import grads_shim
+from tests.fresh_process import fresh_json, install_for_test
 
 ROOT = Path(__file__).resolve().parent.parent
 ABSENT = "afdb_test_symbolic_shapes_not_imported"
@@ -37,18 +35,13 @@ torch.autograd.grad(torch.sin(x), x, torch.ones(3, dtype=torch.float64))
 after_grad = "sympy" in sys.modules
 warmup.warm(["backward", "forward"])
 torch.func.vjp(torch.sin, torch.ones(3, dtype=torch.float64))[1](torch.ones(3, dtype=torch.float64))
-print(json.dumps({"installed": grads_shim.installed(), "after_grad": after_grad,
+print(json.dumps({"installed": grads_shim.PATCH.installed(), "after_grad": after_grad,
                   "after_warmup": "sympy" in sys.modules}))
 """
 
 
 def _fresh(env_extra: dict[str, str]) -> dict[str, bool]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
-    proc = subprocess.run(
-        [sys.executable, "-c", FRESH], capture_output=True, text=True, env=env, timeout=240
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return fresh_json(FRESH, env_extra)
 
 
 def test_grad_with_cotangents_in_a_fresh_process_imports_no_sympy_with_the_shim():
@@ -62,13 +55,11 @@ def test_grad_with_cotangents_in_a_fresh_process_imports_no_sympy_with_the_shim(
 @pytest.fixture
 def shim(monkeypatch):
     """The shim installed for one test, whatever the process did before; removed after."""
-    grads_shim.uninstall()
-    monkeypatch.setattr(grads_shim, "_forbidden", False)
-    assert grads_shim.install()
+    install_for_test(grads_shim, monkeypatch)
     # Its own path, as in a process that never imported symbolic_shapes (this one has).
     monkeypatch.setattr(grads_shim, "SYMBOLIC_MODULE", ABSENT)
     yield grads_shim
-    grads_shim.uninstall()
+    grads_shim.PATCH.uninstall()
 
 
 def _t(*shape, dtype=torch.float64):
@@ -103,7 +94,7 @@ def _outcome(fn, build, batched):
 
 @pytest.mark.parametrize("label,build,batched", PATTERNS, ids=[p[0] for p in PATTERNS])
 def test_shim_gives_what_torchs_function_gives(shim, label, build, batched):
-    original = grads_shim._original
+    original = grads_shim.PATCH.original
     assert original is not None
     mine = _outcome(grads_shim._make_grads_without_sympy, build, batched)
     theirs = _outcome(original, build, batched)
@@ -114,18 +105,18 @@ def test_shim_gives_what_torchs_function_gives(shim, label, build, batched):
 def torch_calls(shim):
     """The calls that reach torch's own ``_make_grads`` through the shim, for one test."""
     calls: list[tuple] = []
-    original = grads_shim._original
+    original = grads_shim.PATCH.original
     assert original is not None
 
     def spy(*a, **k):
         calls.append(a)
         return original(*a, **k)
 
-    grads_shim._original = spy
+    grads_shim.PATCH.original = spy
     try:
         yield calls
     finally:
-        grads_shim._original = original
+        grads_shim.PATCH.original = original
 
 
 def test_only_what_torch_returns_unchanged_is_taken_without_torchs_function(torch_calls):
@@ -142,12 +133,12 @@ def test_the_gradients_are_the_same_through_torch_autograd_grad(shim):
     x = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
     g = torch.randn(3, 2, dtype=torch.float64)
     (mine,) = torch.autograd.grad(torch.sin(x) * x, x, g, create_graph=True)
-    grads_shim.uninstall()
+    grads_shim.PATCH.uninstall()
     (theirs,) = torch.autograd.grad(torch.sin(x) * x, x, g, create_graph=True)
     torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
     assert mine.requires_grad and theirs.requires_grad
     with pytest.raises(RuntimeError, match=r"Mismatch in shape: grad_output\[0\]"):
-        grads_shim.install()
+        grads_shim.PATCH.install()
         torch.autograd.grad(torch.sin(x), x, torch.ones(2, 3, dtype=torch.float64))
 
 
@@ -161,23 +152,23 @@ def test_once_symbolic_shapes_is_imported_torchs_function_runs(torch_calls, monk
 
 
 def test_forbid_puts_torchs_function_back_for_good(shim):
-    original = grads_shim._original
-    grads_shim.forbid()
+    original = grads_shim.PATCH.original
+    grads_shim.PATCH.forbid()
     assert torch.autograd._make_grads is original
-    assert not grads_shim.installed()
-    assert grads_shim.install() is False
+    assert not grads_shim.PATCH.installed()
+    assert grads_shim.PATCH.install() is False
 
 
 def test_not_installed_over_a_function_it_was_not_written_for(monkeypatch):
-    grads_shim.uninstall()
-    monkeypatch.setattr(grads_shim, "_forbidden", False)
+    grads_shim.PATCH.uninstall()
+    monkeypatch.setattr(grads_shim.PATCH, "off", False)
 
     def other(outputs, grads, is_grads_batched, extra=1):
         raise AssertionError("not called")
 
     monkeypatch.setattr(torch.autograd, "_make_grads", other)
-    assert not grads_shim.compatible()
-    assert grads_shim.install() is False
+    assert not grads_shim.PATCH.compatible()
+    assert grads_shim.PATCH.install() is False
     assert torch.autograd._make_grads is other
 
 
@@ -185,11 +176,11 @@ def test_compile_certification_forbids_it(capsys, tmp_path, monkeypatch):
     from harness.cli.main import main
     from harness.core import dynamo_shim
 
-    monkeypatch.setattr(grads_shim, "_forbidden", False)
-    monkeypatch.setattr(dynamo_shim, "_forbidden", False)
-    assert grads_shim.install()
+    monkeypatch.setattr(grads_shim.PATCH, "off", False)
+    monkeypatch.setattr(dynamo_shim.PATCH, "off", False)
+    assert grads_shim.PATCH.install()
     argv = ["certify", "--compile", "afdb_test_exact", "--import", "tests.planted_backends"]
     main([*argv, "MulGenerated", "--checks", "vmap", "-q", "--json", str(tmp_path / "c.json")])
     capsys.readouterr()
-    assert grads_shim.forbidden() and not grads_shim.installed()
+    assert grads_shim.PATCH.off and not grads_shim.PATCH.installed()
     assert torch.autograd._make_grads is not grads_shim._make_grads_without_sympy

@@ -16,7 +16,7 @@ previous one put back after). Once ``torch._dynamo`` is imported (a Function or 
 that compiles, ``afdb certify --compile``), every call goes to torch's own function again.
 
 Narrow on purpose: installed only where torch's function has the signature it was written
-for; ``forbid()`` (``afdb certify --compile`` calls it) removes it for the rest of the
+for; ``PATCH.forbid()`` (``afdb certify --compile`` calls it, through ``shims.forbid``) removes it for the rest of the
 process; ``AFDB_DYNAMO_SHIM=0`` in the environment keeps it out. One difference remains,
 where ``torch._dynamo`` is first imported *inside* such a backward and a compiled function
 with compiled autograd switched on runs within it: ``_disable``'s module flag
@@ -25,19 +25,16 @@ with compiled autograd switched on runs within it: ``_disable``'s module flag
 
 from __future__ import annotations
 
-import inspect
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from harness.core.patching import GuardedPatch
+
 #: The parameters of torch's ``_autograd_grad`` that the replacement was written for.
 EXPECTED_PARAMETERS = ("outputs", "inputs", "grad_outputs", "retain_graph", "create_graph")
-
-_original: Callable[..., Any] | None = None
-_forbidden = os.environ.get("AFDB_DYNAMO_SHIM", "1") == "0"
 
 
 def _dynamo_imported() -> bool:
@@ -65,7 +62,7 @@ def _autograd_grad_without_dynamo(
 ) -> tuple[torch.Tensor, ...]:
     """torch's ``_autograd_grad``: gradients of the outputs that require grad (zeros for
     inputs they do not reach); without ``torch._dynamo`` unless it is imported already."""
-    original = _original
+    original = PATCH.original
     assert original is not None
     if _dynamo_imported():  # it may have enabled compiled autograd: torch's own way
         return original(outputs, inputs, grad_outputs, retain_graph, create_graph)  # type: ignore[no-any-return]
@@ -95,59 +92,14 @@ def _autograd_grad_without_dynamo(
     return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs))
 
 
-def compatible() -> bool:
-    """torch's ``_autograd_grad`` (or the one ``install`` replaced) has the expected
-    parameters and the C-level compiler switch exists."""
-    fn = _original if _original is not None else getattr(_module(), "_autograd_grad", None)
-    if fn is None or _set_compiler() is None:
-        return False
-    try:
-        names = tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return False
-    return names == EXPECTED_PARAMETERS
+#: torch's ``_autograd_grad`` replaced, under the guards of ``GuardedPatch``.
+PATCH = GuardedPatch(
+    _module,
+    "_autograd_grad",
+    _autograd_grad_without_dynamo,
+    EXPECTED_PARAMETERS,
+    "AFDB_DYNAMO_SHIM",
+    precondition=lambda: _set_compiler() is not None,
+)
 
-
-def installed() -> bool:
-    return _original is not None and _module()._autograd_grad is _autograd_grad_without_dynamo
-
-
-def install() -> bool:
-    """Route torch.func's backward around the ``torch._dynamo`` import (see the module
-    docstring); idempotent. False where it is forbidden or torch's function differs."""
-    global _original
-    if _forbidden:
-        return False
-    if _original is not None:  # installed (every case asks: no more than a look at a global)
-        return True
-    module = _module()
-    if not compatible():
-        return False
-    _original = module._autograd_grad
-    module._autograd_grad = _autograd_grad_without_dynamo
-    return True
-
-
-def uninstall() -> None:
-    """Put torch's own ``_autograd_grad`` back (``install`` may add the shim again)."""
-    global _original
-    if _original is None:
-        return
-    module = _module()
-    if module._autograd_grad is _autograd_grad_without_dynamo:
-        module._autograd_grad = _original
-    _original = None
-
-
-def forbid() -> None:
-    """Never install the shim again in this process (``afdb certify --compile``)."""
-    global _forbidden
-    _forbidden = True
-    uninstall()
-
-
-def forbidden() -> bool:
-    return _forbidden
-
-
-__all__ = ["compatible", "forbid", "forbidden", "install", "installed", "uninstall"]
+__all__ = ["PATCH"]

@@ -19,27 +19,24 @@ once the module is imported by anything: dynamo, a compiled Function, the user) 
 torch's own function, with its messages.
 
 Narrow on purpose, as ``dynamo_shim``: installed only over a function with the
-parameters it was written for; ``forbid()`` (``afdb certify --compile`` calls it) removes
+parameters it was written for; ``PATCH.forbid()`` (``afdb certify --compile`` calls it, through ``shims.forbid``) removes
 it for the rest of the process; ``AFDB_GRADS_SHIM=0`` in the environment keeps it out.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.autograd
 
+from harness.core.patching import GuardedPatch
+
 #: The parameters of torch's ``_make_grads`` that the replacement was written for.
 EXPECTED_PARAMETERS = ("outputs", "grads", "is_grads_batched")
 SYMBOLIC_MODULE = "torch.fx.experimental.symbolic_shapes"
-
-_original: Callable[..., Any] | None = None
-_forbidden = os.environ.get("AFDB_GRADS_SHIM", "1") == "0"
 
 
 def _plain_sizes(shape: torch.Size) -> bool:
@@ -69,63 +66,24 @@ def _make_grads_without_sympy(
     outputs: Sequence[Any], grads: Sequence[Any], is_grads_batched: bool
 ) -> tuple[Any, ...]:
     """torch's ``_make_grads``; without the sympy import where nothing can be symbolic."""
-    original = _original
+    original = PATCH.original
     assert original is not None
     if SYMBOLIC_MODULE in sys.modules or is_grads_batched or not _unchanged(outputs, grads):
         return original(outputs, grads, is_grads_batched=is_grads_batched)  # type: ignore[no-any-return]
     return tuple(grads)
 
 
-def compatible() -> bool:
-    """torch's ``_make_grads`` (or the one ``install`` replaced) has the expected parameters."""
-    fn = _original if _original is not None else getattr(torch.autograd, "_make_grads", None)
-    if fn is None:
-        return False
-    try:
-        names = tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return False
-    return names == EXPECTED_PARAMETERS
+def _autograd_module() -> Any:
+    return torch.autograd
 
 
-def installed() -> bool:
-    return _original is not None and torch.autograd._make_grads is _make_grads_without_sympy
+#: torch's ``_make_grads`` replaced, under the guards of ``GuardedPatch``.
+PATCH = GuardedPatch(
+    _autograd_module,
+    "_make_grads",
+    _make_grads_without_sympy,
+    EXPECTED_PARAMETERS,
+    "AFDB_GRADS_SHIM",
+)
 
-
-def install() -> bool:
-    """Route ``_make_grads`` around the sympy import (module docstring); idempotent. False
-    where it is forbidden or torch's function differs."""
-    global _original
-    if _forbidden:
-        return False
-    if _original is not None:  # installed (every case asks: no more than a look at a global)
-        return True
-    if not compatible():
-        return False
-    _original = torch.autograd._make_grads
-    torch.autograd._make_grads = _make_grads_without_sympy
-    return True
-
-
-def uninstall() -> None:
-    """Put torch's own ``_make_grads`` back (``install`` may add the shim again)."""
-    global _original
-    if _original is None:
-        return
-    if torch.autograd._make_grads is _make_grads_without_sympy:
-        torch.autograd._make_grads = _original
-    _original = None
-
-
-def forbid() -> None:
-    """Never install the shim again in this process (``afdb certify --compile``)."""
-    global _forbidden
-    _forbidden = True
-    uninstall()
-
-
-def forbidden() -> bool:
-    return _forbidden
-
-
-__all__ = ["compatible", "forbid", "forbidden", "install", "installed", "uninstall"]
+__all__ = ["PATCH"]

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from harness.core import dynamo_shim, grads_shim
 
+PATCHES = (dynamo_shim.PATCH, grads_shim.PATCH)
+
 
 def install() -> None:
-    dynamo_shim.install()
-    grads_shim.install()
+    for patch in PATCHES:
+        patch.install()
 
 
 def forbid() -> None:
-    dynamo_shim.forbid()
-    grads_shim.forbid()
+    for patch in PATCHES:
+        patch.forbid()
 
 
-__all__ = ["forbid", "install"]
+__all__ = ["PATCHES", "forbid", "install"]
