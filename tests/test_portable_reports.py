@@ -260,3 +260,50 @@ def test_a_report_repro_elsewhere_says_where_to_run_it(two_installs, tmp_path, c
     # one line that says what to name (the report's target is never imported on its word)
     assert len(err.splitlines()) == 1 and "name it yourself, after reading it" in err, err
     assert "portable_userlib.py:Scale --samples portable_userlib.py:samples" in err
+
+
+class _NativeError(torch.autograd.Function):
+    """A backward that fails as torch's C++ errors do: a native backtrace with machine
+    addresses and this machine's absolute library path after the message."""
+
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        lib = os.path.join(sys.prefix, "lib", "python3.11", "site-packages", "torch", "lib")
+        raise RuntimeError(
+            "Cannot access data pointer of Tensor that doesn't have storage\n"
+            "Exception raised from throw_data_ptr_access_error at "
+            "/__w/pytorch/pytorch/c10/core/TensorImpl.cpp:358 (most recent call first):\n"
+            f"frame #0: c10::Error::Error() + 0x9d (0x7f91bdb0eb8d in {lib}/libc10.so)\n"
+            f"while reading {os.getcwd()}/data/weights.npy"
+        )
+
+
+def test_an_exceptions_text_carries_no_native_backtrace_and_no_local_path():
+    import harness
+
+    x = torch.randn(3, dtype=torch.float64)
+    run = harness.check(_NativeError, samples=[(x,)], checks=["vjp"])
+    messages = [r.message for r in run.cases if r.status == "error"]
+    assert messages, [(r.status, r.message) for r in run.cases]
+    for m in messages:
+        assert "Cannot access data pointer of Tensor that doesn't have storage" in m
+        assert "Exception raised from" not in m and "0x7f91bdb0eb8d" not in m
+        assert sys.prefix not in m and os.getcwd() not in m, m
+
+
+def test_portable_text_keeps_paths_that_read_the_same_everywhere():
+    from harness.core.locations import portable_text
+
+    here = os.path.join(os.getcwd(), "examples", "rotations.py")
+    text = f"see /usr/share/doc/x.txt and {here}; torch built at /__w/pytorch/pytorch/a.cpp"
+    assert portable_text(text) == (
+        "see /usr/share/doc/x.txt and examples/rotations.py; torch built at /__w/pytorch/pytorch/a.cpp"
+    )

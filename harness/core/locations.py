@@ -17,9 +17,11 @@ reports says "no change"):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import sys
 import sysconfig
 import traceback
 from types import TracebackType
@@ -145,13 +147,45 @@ def describe_exception(exc: BaseException, limit: int = 2000) -> str:
 
     while isinstance(exc, FunctionRaised):
         exc = exc.original
-    text = safe_str(exc).strip().splitlines()
+    text = portable_text(safe_str(exc)).strip().splitlines()
     first = " ".join(line.strip() for line in text[:3]) if text else ""
     message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     if len(message) > limit:
         message = message[:limit] + f"... [{len(message) - limit} characters truncated]"
     where = where_raised(exc.__traceback__)
     return f"{message} ({where})" if where else message
+
+
+#: Where torch's C++ errors append their native backtrace (``c10::Error``): "Exception raised
+#: from f at file:line (most recent call first): frame #0: ... (0x7f.. in /abs/libc10.so)".
+_NATIVE_TRAILER = re.compile(r"\s*Exception raised from \S+ at .*", re.DOTALL)
+#: An absolute POSIX path in a message (``/home/ci/.venv/lib/python3.11/site-packages/...``).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/(?:[\w.+~-]+/)+[\w.+~-]+")
+
+
+def _local_roots() -> tuple[str, ...]:
+    """The folders whose absolute paths differ between machines: the interpreter's prefixes
+    (a virtual environment), the home and working directories, torch's and the suite's."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.expanduser("~"), _torch_root()}
+    roots.update(_SUITE_PACKAGES)
+    with contextlib.suppress(OSError):
+        roots.add(os.getcwd())
+    return tuple(r for r in roots if r and r != os.sep)
+
+
+def portable_text(text: str) -> str:
+    """An exception's text as a report keeps it: without torch's native backtrace (machine
+    addresses and absolute library paths: the Python-side location says where it was
+    raised) and with each absolute path under a folder of this machine (the virtual
+    environment, home, working directory) written as ``relative_file`` writes it."""
+    text = _NATIVE_TRAILER.sub("", text)
+    roots = _local_roots()
+
+    def local(m: re.Match[str]) -> str:
+        path = m.group(0)
+        return relative_file(path) if any(_under(path, r) for r in roots) else path
+
+    return _ABSOLUTE_PATH.sub(local, text)
 
 
 _DUMP_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
