@@ -68,6 +68,14 @@ def run(
     argv: list[str], *, tree: Path = ROOT, afdb: bool = True, **env: str
 ) -> tuple[float, float]:
     """(wall s, CPU s of the process and its children) of ``afdb ARGV`` or ``python ARGV``."""
+    wall, cpu, _ = run_output(argv, tree=tree, afdb=afdb, **env)
+    return wall, cpu
+
+
+def run_output(
+    argv: list[str], *, tree: Path = ROOT, afdb: bool = True, **env: str
+) -> tuple[float, float, str]:
+    """``run``, with what the command printed on standard output."""
     cmd = [sys.executable, *(["-m", "harness.cli"] if afdb else []), *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -77,7 +85,7 @@ def run(
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    return wall, cpu, proc.stdout
 
 
 def watch_run(iterations: int, tree: Path = ROOT) -> tuple[float, float]:
