@@ -4,10 +4,10 @@
 
 Runs ``afdb ARGV`` (default: the whole database at one worker) in fresh interpreters, this
 checkout and DIR (a checkout of the revision to compare with, e.g. ``git archive REV | tar
--x -C DIR``) alternately, ``--rounds`` times, and prints per round and as medians the CPU
-(the process and its children), the wall time and the number of cases each side ran, and
-the ratios: the CPU ratio is what the performance issue's "grows no faster than the cases"
-compares with the cases ratio. Both sides import compiled bytecode (``benchmarks.gate``).
+-x -C DIR``) alternately, ``--rounds`` times, and prints per round the wall time, the CPU
+(the process and its children) and the number of cases each side ran, then the CPU ratio
+per round with its median, and the ratio of the cases: the performance issue's "grows no
+faster than the cases" compares the two. Both sides import compiled bytecode (``benchmarks.gate``).
 """
 
 from __future__ import annotations

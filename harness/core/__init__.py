@@ -4,7 +4,9 @@ Owns: the errors every layer raises (``errors``), run options (``options``), cas
 results and their JSON form (``results``), text from a Function made safe to keep
 (``textsafe``), portable source locations (``locations``), safe reading of input files and
 choice of write targets (``safe_io``), schema validation of every file the suite reads back
-(``schema``), and where the suite's own files live (``paths``).
+(``schema``), where the suite's own files live (``paths``), and the guarded routes around
+torch's first-use imports (``dynamo_shim``, ``grads_shim``, each a ``patching.GuardedPatch``,
+installed and forbidden together by ``shims``).
 
 May import: torch, the standard library, ``jsonschema``; nothing else of ``harness``.
 """

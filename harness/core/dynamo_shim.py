@@ -9,15 +9,15 @@ small ``afdb check`` costs beyond importing torch.
 
 Compiled autograd is enabled only through ``torch._dynamo`` (``compiled_autograd.enable``
 or its config), so while ``torch._dynamo`` is absent from ``sys.modules`` it was never
-enabled in this process and the context has nothing to turn off. ``install`` then routes
-``_autograd_grad`` through ``_autograd_grad_without_dynamo``: the same computation, with
+enabled in this process and the context has nothing to turn off. ``PATCH.install()``
+then routes ``_autograd_grad`` through ``_autograd_grad_without_dynamo``: the same computation, with
 the one C-level effect of ``_disable`` kept (no autograd compiler during the call, the
 previous one put back after). Once ``torch._dynamo`` is imported (a Function or backend
 that compiles, ``afdb certify --compile``), every call goes to torch's own function again.
 
 Narrow on purpose: installed only where torch's function has the signature it was written
-for; ``PATCH.forbid()`` (``afdb certify --compile`` calls it, through ``shims.forbid``) removes it for the rest of the
-process; ``AFDB_DYNAMO_SHIM=0`` in the environment keeps it out. One difference remains,
+for; ``PATCH.forbid()`` (``afdb certify --compile`` calls it, through ``shims.forbid``)
+removes it for the rest of the process; ``AFDB_DYNAMO_SHIM=0`` in the environment keeps it out. One difference remains,
 where ``torch._dynamo`` is first imported *inside* such a backward and a compiled function
 with compiled autograd switched on runs within it: ``_disable``'s module flag
 ``active_disable_ctx`` would have been set, and is not (nothing in this suite does that).

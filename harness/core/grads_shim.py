@@ -10,8 +10,8 @@ symbolic sizes compare without guarding. Every vjp check passes cotangents, so e
 Symbolic sizes (``torch.SymInt``) are made by ``torch.fx.experimental.symbolic_shapes``'
 shape environment, so while that module is absent from ``sys.modules`` no tensor of the
 process can have one, and for plain ``int`` sizes ``sym_eq`` is tuple equality and
-``expect_true`` returns its ``bool``. ``install`` then routes ``_make_grads`` through
-``_make_grads_without_sympy``, which returns the given gradients unchanged only where
+``expect_true`` returns its ``bool``. ``PATCH.install()`` then routes ``_make_grads``
+through ``_make_grads_without_sympy``, which returns the given gradients unchanged only where
 torch's function would: every gradient a tensor, every output a plain (not nested) tensor,
 the sizes plain ints and equal, complex with complex. Anything else (a ``None`` gradient,
 a mismatch that torch reports, a ``GradientEdge``, batched gradients, a symbolic size, or
@@ -19,7 +19,8 @@ once the module is imported by anything: dynamo, a compiled Function, the user) 
 torch's own function, with its messages.
 
 Narrow on purpose, as ``dynamo_shim``: installed only over a function with the
-parameters it was written for; ``PATCH.forbid()`` (``afdb certify --compile`` calls it, through ``shims.forbid``) removes
+parameters it was written for; ``PATCH.forbid()`` (``afdb certify --compile`` calls it,
+through ``shims.forbid``) removes
 it for the rest of the process; ``AFDB_GRADS_SHIM=0`` in the environment keeps it out.
 """
 

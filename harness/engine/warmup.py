@@ -2,7 +2,8 @@
 
 torch loads parts of itself on first use: the first ``torch.autograd.grad`` with
 ``grad_outputs`` imports ``torch.fx.experimental.symbolic_shapes`` (and sympy with it,
-about 0.4 s of CPU) unless ``harness.core.grads_shim`` keeps it out, the first forward-mode dual tensor compiles the JIT decompositions of
+about 0.4 s of CPU) unless ``harness.core.grads_shim`` keeps it out, the first
+forward-mode dual tensor compiles the JIT decompositions of
 ``torch._decomp.decompositions_for_jvp`` (about 0.2 s), and ``torch.func.vjp``'s backward
 imports ``torch._dynamo`` (about 1 s) unless ``harness.core.dynamo_shim`` keeps it out (and
 so does the first call of one of torch's Python references under a transform). A
