@@ -58,7 +58,8 @@ class _Suite:
         self.cases: dict[str, tuple[Any, Any]] = {}
         from harness.engine.timeouts import TimeoutLedger
 
-        # Two timeouts in a check and its other cases are not run; in a worker the ledger
+        # A staticmethod that hung on a sample, or two timeouts in a check, and the cases
+        # that would hang again are not run; in a worker the ledger
         # is shared with the other workers through the results folder.
         self.ledger = TimeoutLedger()
         if results_dir is not None:
@@ -86,7 +87,7 @@ class _Suite:
         return list(self._ids)
 
     def run(self, case_id: str) -> Any:
-        from harness.engine.runner import run_case, timed_out_twice
+        from harness.engine.runner import run_noted
         from harness.expectations import apply, skip_result
 
         if case_id not in self.cases and case_id in self._entry_of:
@@ -96,10 +97,13 @@ class _Suite:
         if skipped is not None:
             return skipped
         # a worker runs nothing but cases: state changed between two was changed by a thread
-        result = timed_out_twice(data, case, self.ledger, self.target) or run_case(
-            data, case, target=self.target, watch_between=self.results_dir is not None
+        result = run_noted(
+            data,
+            case,
+            self.ledger,
+            target=self.target,
+            watch_between=self.results_dir is not None,
         )
-        self.ledger.note(result)
         if self.expectations is not None:
             apply(self.expectations, result)
         return result

@@ -5,6 +5,7 @@ reach it, cancels the timer, leaves a transform level on the stack every call).
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 
@@ -106,6 +107,19 @@ class Hangs(Double):
     def vmap(info, in_dims, x):
         while True:
             time.sleep(0.01)
+
+
+def _hang_rule(info, in_dims, x):
+    while True:
+        time.sleep(0.01)
+
+
+class HangsOutsideItsOwnCode(Double):
+    """A Python-level hang in every rule call, in a rule that is not the Function's own
+    code (a ``functools.partial``): the watchdog cannot tell which staticmethod hung, so
+    only "two timeouts in a check" stops the check."""
+
+    vmap = staticmethod(functools.partial(_hang_rule))
 
 
 class BlocksAlarm(Double):

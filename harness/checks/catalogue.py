@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autograd_function_db.entry import VMAP_NONE, Entry, Sample
+from autograd_function_db.entry import GRADIENT_DERIVATIVE, VMAP_NONE, Entry, Sample
 from harness.core.options import Options, sample_dtype
 from harness.plans.plan import ArgLayout, Plan
 from harness.plans.slices import SliceSource, derive_seed
@@ -193,6 +193,64 @@ CATALOGUE_ORDER = (
     "eager_jvp",
     "eager_vjp_of_vjp",
 )
+
+
+#: The staticmethods of an autograd.Function that a case can be caught running when it
+#: runs out of time (``harness.engine.hangs``).
+STATICMETHODS = ("forward", "setup_context", "backward", "jvp", "vmap")
+
+_V, _B, _J = "vmap", "backward", "jvp"
+
+#: Which of the Function's staticmethods a check calls, beyond ``forward`` and
+#: ``setup_context`` (every check calls those). A hang in one of them on a sample means
+#: every case of these checks on that sample would hang too, so they are not run
+#: (``harness.engine.timeouts``). It must cover what a check may call (a check that calls a
+#: staticmethod not listed pays the limit again): the checks that vmap a backward or a jvp
+#: (``jacrev``, ``jacfwd``, ``vmap_of_autograd_grad``) call the vmap rule when the backward
+#: or jvp calls the Function itself. ``tests/test_hang_once.py`` traces every check on a
+#: Function that records its calls. A check not listed calls everything.
+STATICMETHODS_CALLED: dict[str, frozenset[str]] = {
+    name: frozenset(called)
+    for name, called in {
+        "vmap": {_V},
+        "vmap_nested": {_V},
+        "vmap_chunked": {_V},
+        "vmap_hazard": {_V},
+        "vmap_fallback": {_V, _B, _J},  # vmap of the Function, its vjp, its jvp
+        "contract": {_V},
+        "jvp": {_J},
+        "vjp": {_B},
+        "grad_of_vmap": {_V, _B},
+        "jvp_of_vmap": {_V, _J},
+        "vmap_of_vjp": {_V, _B},
+        "vmap_of_jvp": {_V, _J},
+        "jvp_of_vjp": {_B, _J},
+        "vjp_of_vjp": {_B},
+        "vmap_of_vjp_of_vjp": {_V, _B},
+        "vmap_of_jvp_of_vjp": {_V, _B, _J},
+        "vmap_of_autograd_grad": {_B, _V},  # a backward that calls the Function: its rule
+        "jacrev": {_B, _V},
+        "jacfwd": {_J, _V},
+        "eager_vjp": {_B},
+        "eager_jvp": {_J},
+        "eager_vjp_of_vjp": {_B},
+    }.items()
+}
+
+#: Checks whose reference runs the Function's eager backward for a custom gradient
+#: (``gradient="custom"``: the first-order Jacobian is the backward's, not finite
+#: differences').
+_CUSTOM_GRADIENT_BACKWARD = frozenset({"jvp", "jacfwd"})
+
+
+def staticmethods_called(check: str, entry: Entry) -> frozenset[str]:
+    """The staticmethods a case of ``check`` on ``entry`` may call (all when unknown)."""
+    called = STATICMETHODS_CALLED.get(check)
+    if called is None:
+        return frozenset(STATICMETHODS)
+    if check in _CUSTOM_GRADIENT_BACKWARD and entry.gradient != GRADIENT_DERIVATIVE:
+        called = called | {_B}
+    return called | {"forward", "setup_context"}
 
 
 def check_names(family: str | None = None) -> list[str]:

@@ -30,6 +30,11 @@ earliest deadline) acts ``grace`` after a deadline that the timer did not enforc
 One exception at a time: a second raised while the first unwinds would land in torch's
 cleanup code (a transform popping its level) and break its state.
 
+When the limit is first reached (the timer's handler or the watchdog), the code objects on
+the stacks of the case's thread and of the threads torch's C++ runs Python in are kept
+(``Deadline.stacks``, innermost first): ``harness.engine.hangs`` reads from them which of
+the Function's staticmethods was running, so the cases that would call it again are not run.
+
 A hang that never runs Python again (a deadlock in native code) cannot be ended inside
 the process: worker processes (``afdb check``'s default, ``-n``) end it by killing the
 worker. Nothing is raised while the interrupted thread is importing a module (a module
@@ -90,6 +95,15 @@ def _called_from_torch(frame: Any) -> bool:
     return root.f_code.co_filename.startswith(_torch_dir())
 
 
+def _codes(frame: Any) -> tuple[Any, ...]:
+    """The code objects of a stack, innermost first."""
+    out = []
+    while frame is not None:
+        out.append(frame.f_code)
+        frame = frame.f_back
+    return tuple(out)
+
+
 def _raise_in(ident: int, raising: bool = True) -> bool:
     """Raise ``CaseTimeout`` in thread ``ident`` at its next bytecode (``raising=False``:
     cancel one set and not yet raised). The class is raised, not an instance (CPython
@@ -114,6 +128,7 @@ class Deadline:
         "next_action",
         "replaced",
         "seconds",
+        "stacks",
         "stage",
         "timer_fired",
         "waited_for_import",
@@ -138,6 +153,28 @@ class Deadline:
         self.replaced = False
         self.timer_fired = False  # the timer's handler raised the timeout
         self.kicked = False  # the watchdog sent SIGALRM itself
+        #: The code objects of the stacks running when the limit was first reached, innermost
+        #: first: the case's thread's, then those of threads torch's C++ runs Python in.
+        self.stacks: list[tuple[Any, ...]] = []
+
+    def keep_stacks(self, frames: dict[int, Any] | None = None, *, case_first: bool) -> None:
+        """Keep the running stacks' code objects (once: the first time the limit is reached).
+
+        ``case_first``: the case's thread's stack first (the timer's handler runs in it, so
+        that thread was running Python); else torch's threads' first (the watchdog acts
+        while the case's thread may wait in C++ for them)."""
+        if self.stacks:
+            return
+        frames = sys._current_frames() if frames is None else frames
+        me = threading.get_ident()
+        case = frames.get(self.ident)
+        torch_threads = [
+            _codes(top)
+            for ident, top in frames.items()
+            if ident not in (me, self.ident) and _called_from_torch(top)
+        ]
+        mine = [_codes(case)] if case is not None else []
+        self.stacks = mine + torch_threads if case_first else torch_threads + mine
 
     def how_ended(self) -> str:
         """What the watchdog had to do, for the case's message ("" when the timer did it)."""
@@ -238,6 +275,7 @@ class _Watchdog:
             d.waited_for_import += step
             return
         d.expired = True
+        d.keep_stacks(frames, case_first=False)
         # One exception at a time: a second one raised while the first unwinds lands in
         # torch's cleanup (a transform's level pop) and breaks its state. So each step
         # waits a grace for the previous one, and the case's thread, while torch's engine

@@ -136,6 +136,7 @@ class _TimeLimit:
             signal.setitimer(signal.ITIMER_REAL, 0.05)
             return
         deadline.expired = True
+        deadline.keep_stacks(case_first=True)
         deadline.timer_fired = not deadline.kicked
         raise CaseTimeout(limit_message(self.seconds or 0.0))
 

@@ -387,8 +387,9 @@ def _run_forked(
 ) -> None:
     """The cases in workers forked from this process (see harness.engine.forkpool)."""
     from harness.engine import forkpool, warmup
+    from harness.engine.hangs import staticmethod_codes, staticmethod_in_dump
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
-    from harness.engine.runner import run_case, timed_out_twice
+    from harness.engine.runner import run_noted, timed_out_twice
     from harness.engine.timeouts import TimeoutLedger
 
     warmup.warm_for(cases, workers)  # torch's first uses: once here, not in every worker
@@ -400,11 +401,7 @@ def _run_forked(
     def run_one(i: int) -> CaseResult:  # in a worker
         case = cases[i]
         data = datas[case.entry]
-        r = timed_out_twice(data, case, ledger, target) or run_case(
-            data, case, target=target, watch_between=True
-        )
-        ledger.note(r)
-        return r
+        return run_noted(data, case, ledger, target=target, watch_between=True)
 
     def skip(i: int) -> CaseResult | None:  # in the controller, before a case is sent
         case = cases[i]
@@ -413,7 +410,10 @@ def _run_forked(
     def on_death(i: int, faults: str) -> CaseResult:
         r = death_record(cases[i], faults, options)
         r.repro = repro_command_for(cases[i], options, target)
-        ledger.note(r)
+        hung_in = staticmethod_in_dump(faults, staticmethod_codes(datas[cases[i].entry].entry))
+        if hung_in and r.status == TIMEOUT:
+            r.message += f"; `{hung_in}` was running when the time ran out"
+        ledger.note(r, hung_in, limit)
         return r
 
     def not_run(i: int, why: str) -> CaseResult:

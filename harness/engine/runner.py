@@ -18,6 +18,7 @@ from harness.checks.catalogue import (
     TorchBug,
     Unsupported,
     get_check,
+    staticmethods_called,
 )
 from harness.core import shims
 from harness.core.errors import CaseTimeout
@@ -56,6 +57,7 @@ from harness.engine.cases import (
     repro_command,
     samples_error,
 )
+from harness.engine.hangs import running_staticmethod, staticmethod_codes
 from harness.engine.isolation import (
     TorchState,
     capture_output,
@@ -64,7 +66,7 @@ from harness.engine.isolation import (
     time_limit,
     watch_user_interrupt,
 )
-from harness.engine.timeouts import TimeoutLedger, not_run_message
+from harness.engine.timeouts import TimeoutLedger, hung_message, not_run_message
 from harness.plans.plan import DtypeLeg
 
 
@@ -110,6 +112,14 @@ def run_case(
     worker), so state that changed since the previous case ended was changed by something
     else (a thread a Function started): put back, and said so without blaming this case.
     """
+    return _run_case(data, case, target=target, watch_between=watch_between)[0]
+
+
+def _run_case(
+    data: EntryData, case: Case, *, target: object = None, watch_between: bool = False
+) -> tuple[CaseResult, str | None]:
+    """``run_case``, and the Function's staticmethod that was running when the case ran out
+    of time (None when it did not, or none of them was running)."""
     options = data.options
     spec = get_check(case.check)
     dtype = (
@@ -120,7 +130,7 @@ def run_case(
     result = case_record(case, PASS, reference=spec.reference, dtype=dtype)
     if case.unsupported:
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
-        return result
+        return result, None
     shims.install()  # torch's first uses without dynamo and sympy, where safe (idempotent)
     drifted = between_cases() if watch_between else []
     # Nothing changed since the previous case ended: the state it ended with (after its
@@ -217,6 +227,11 @@ def run_case(
             "; the case did not end with its timeout (something caught it, or wrapped it in "
             "another exception) and finished late"
         )
+    hung_in = None
+    if result.status == TIMEOUT and limit.deadline is not None:
+        hung_in = running_staticmethod(limit.deadline.stacks, staticmethod_codes(data.entry))
+        if hung_in:
+            result.message += f"; `{hung_in}` was running when the time ran out"
     if leaked and others and not killed:
         note = (
             "note: during this case the global state changed (" + "; ".join(leaked) + ") while "
@@ -254,28 +269,57 @@ def run_case(
     result.message = cap(result.message)
     if result.status not in (PASS, UNSUPPORTED):
         result.repro = cap(repro_command(case.id, options, target))
-    return result
+    return result, hung_in
 
 
 def timed_out_twice(
     data: EntryData, case: Case, ledger: TimeoutLedger, target: object = None
 ) -> CaseResult | None:
-    """The record of a case not run because its (entry, check) timed out twice (else None)."""
+    """The record of a case not run because an earlier timeout says it would hang (else
+    None): a staticmethod it calls did not return on its sample, or its (entry, check)
+    timed out twice."""
     if case.unsupported:
         return None
-    ids = ledger.exhausted(case.entry, case.check)
-    if not ids:
-        return None
+    message = ""
+    hung = ledger.hung_in(case.entry, case.sample_index)
+    if hung:
+        called = staticmethods_called(case.check, data.entry)
+        name = next((n for n in hung if n in called), None)
+        if name is not None:
+            message = hung_message(name, case.sample_index, *hung[name])
+    if not message:
+        ids = ledger.exhausted(case.entry, case.check)
+        if not ids:
+            return None
+        message = not_run_message(ids)
     options = data.options
     result = case_record(
         case,
         TIMEOUT,
-        not_run_message(ids),
+        message,
         reference=get_check(case.check).reference,
         dtype=options_dtype(options, _sample_of(data, case)),
     )
     result.repro = cap(repro_command(case.id, options, target))
     return result
+
+
+def run_noted(
+    data: EntryData,
+    case: Case,
+    ledger: TimeoutLedger,
+    *,
+    target: object = None,
+    watch_between: bool = False,
+) -> CaseResult:
+    """Run ``case`` unless an earlier timeout says it would hang (``timed_out_twice``), and
+    note its timeout in ``ledger``, with the staticmethod that did not return."""
+    skipped = timed_out_twice(data, case, ledger, target)
+    if skipped is not None:
+        return skipped
+    r, hung_in = _run_case(data, case, target=target, watch_between=watch_between)
+    ledger.note(r, hung_in, data.options.timeout_s or 0.0)
+    return r
 
 
 def run_entries(
@@ -311,14 +355,11 @@ def run_entries(
         for case in cases:
             if select is not None and not select(case):
                 continue
-            r = timed_out_twice(data, case, ledger, target) or run_case(
-                data, case, target=target, watch_between=True
-            )
-            ledger.note(r)
+            r = run_noted(data, case, ledger, target=target, watch_between=True)
             results.append(r)
             if progress:
                 progress(r)
     return results
 
 
-__all__ = ["CheckFailure", "run_case", "run_entries", "timed_out_twice"]
+__all__ = ["CheckFailure", "run_case", "run_entries", "run_noted", "timed_out_twice"]

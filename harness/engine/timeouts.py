@@ -1,9 +1,17 @@
-"""Two timeouts in one (entry, check) and its other cases are not run.
+"""A Function that hangs costs one timeout per staticmethod and sample, not one per case.
 
-A backward that hangs hangs in every case of its check: forty cases at a 300 s limit are
-more than three hours of waiting for one bug. Once two cases of an (entry, check) have
-timed out, its remaining cases get ``timeout`` with "not run: this check timed out
-twice" instead of running, in every mode:
+A backward that hangs hangs in every case that calls it: forty cases in each of a dozen
+checks at a 300 s limit are days of waiting for one bug. Two rules stop it:
+
+* when the watchdog saw which of the Function's staticmethods was running as the time ran
+  out (``harness.engine.hangs``), every later case on that sample of a check that calls it
+  (``harness.checks.catalogue.staticmethods_called``) gets ``timeout`` with "not run:
+  `backward` did not return in 20 s on sample 0 (case ...)" at once; checks that never
+  call it still run;
+* whatever hung, once two cases of an (entry, check) have timed out, its remaining cases
+  get ``timeout`` with "not run: this check timed out twice".
+
+Both hold in every mode:
 
 * in this process (``run_entries``, the pytest plugin's items): a ``TimeoutLedger`` in memory;
 * in worker processes (the fork pool, pytest-xdist): the ledger is also a file in the run's
@@ -27,6 +35,8 @@ from harness.core.results import TIMEOUT, CaseResult
 #: Timeouts in one (entry, check) after which its other cases are not run.
 TIMEOUTS_PER_CHECK = 2
 NOT_RUN = "not run: this check timed out twice"
+#: How every case that was not run because of an earlier timeout begins.
+NOT_RUN_PREFIX = "not run: "
 #: The ledger's file in a run's temporary folder.
 LEDGER_FILE = "timeouts.jsonl"
 
@@ -37,6 +47,9 @@ class TimeoutLedger:
     def __init__(self, path: str | None = None) -> None:
         self.path = path
         self.seen: dict[tuple[str, str], list[str]] = {}
+        #: By (entry, sample): the staticmethods that did not return, each with the case id
+        #: and the limit (the first timeout in it).
+        self.hung: dict[tuple[str, int | None], dict[str, tuple[str, float]]] = {}
         self._read = 0  # bytes of the file already read
 
     def attach(self, folder: str) -> None:
@@ -50,12 +63,36 @@ class TimeoutLedger:
         ids.append(case_id)
         return True
 
-    def note(self, result: CaseResult) -> None:
-        """Count ``result`` if it is a timeout of a case that ran."""
-        if result.status != TIMEOUT or result.message.startswith(NOT_RUN):
+    def _add_hang(
+        self, entry: str, sample: int | None, name: str, case_id: str, seconds: float
+    ) -> bool:
+        hung = self.hung.setdefault((entry, sample), {})
+        if name in hung:
+            return False
+        hung[name] = (case_id, seconds)
+        return True
+
+    def note(self, result: CaseResult, hung_in: str | None = None, seconds: float = 0.0) -> None:
+        """Count ``result`` if it is a timeout of a case that ran; ``hung_in``: the
+        staticmethod that was running when its time ran out (``seconds``: the limit)."""
+        if result.status != TIMEOUT or result.message.startswith(NOT_RUN_PREFIX):
             return
         if self._add(result.entry, result.check, result.id) and self.path:
             append_line(self.path, [result.entry, result.check, result.id])
+        added = bool(hung_in) and self._add_hang(
+            result.entry, result.sample, str(hung_in), result.id, seconds
+        )
+        if added and self.path:
+            append_line(
+                self.path,
+                {
+                    "hung": hung_in,
+                    "entry": result.entry,
+                    "sample": result.sample,
+                    "case": result.id,
+                    "seconds": seconds,
+                },
+            )
 
     def _refresh(self) -> None:
         if not self.path:
@@ -72,8 +109,19 @@ class TimeoutLedger:
             end = data.rfind(b"\n") + 1  # whole lines only: a writer may be half way
             self._read += end
             for line in data[:end].splitlines():
-                with contextlib.suppress(ValueError, TypeError):
-                    entry, check, case_id = json.loads(line)
+                with contextlib.suppress(ValueError, TypeError, KeyError):
+                    item = json.loads(line)
+                    if isinstance(item, dict):
+                        sample = item["sample"]
+                        self._add_hang(
+                            str(item["entry"]),
+                            None if sample is None else int(sample),
+                            str(item["hung"]),
+                            str(item["case"]),
+                            float(item["seconds"]),
+                        )
+                        continue
+                    entry, check, case_id = item
                     self._add(str(entry), str(check), str(case_id))
 
     def exhausted(self, entry: str, check: str) -> list[str]:
@@ -81,6 +129,20 @@ class TimeoutLedger:
         self._refresh()
         ids = self.seen.get((entry, check), [])
         return ids if len(ids) >= TIMEOUTS_PER_CHECK else []
+
+    def hung_in(self, entry: str, sample: int | None) -> dict[str, tuple[str, float]]:
+        """The staticmethods that did not return on (entry, sample): name -> (case id, limit)."""
+        self._refresh()
+        return self.hung.get((entry, sample), {})
+
+
+def hung_message(name: str, sample: int | None, case_id: str, seconds: float) -> str:
+    where = f" on sample {sample}" if sample is not None else ""
+    return (
+        f"{NOT_RUN_PREFIX}`{name}` did not return in {seconds:g} s{where} (case {case_id}), "
+        f"so this case, which calls `{name}`{where}, was not run: it would most likely hang "
+        "as well, for the whole limit"
+    )
 
 
 def not_run_message(ids: list[str]) -> str:
@@ -124,4 +186,11 @@ def note_crashed_timeout(folder: str, case_id: str) -> None:
             return
 
 
-__all__ = ["NOT_RUN", "TIMEOUTS_PER_CHECK", "TimeoutLedger", "note_crashed_timeout"]
+__all__ = [
+    "NOT_RUN",
+    "NOT_RUN_PREFIX",
+    "TIMEOUTS_PER_CHECK",
+    "TimeoutLedger",
+    "hung_message",
+    "note_crashed_timeout",
+]
