@@ -78,18 +78,34 @@ def staticmethod_codes(entry: Entry) -> dict[CodeType, str]:
     return codes
 
 
+#: Called by the other staticmethods (a rule or a backward that applies the Function).
+_CALLED_BY_OTHERS = frozenset({"forward", "setup_context"})
+
+
 def running_staticmethod(
     stacks: Sequence[Iterable[CodeType]], codes: dict[CodeType, str]
 ) -> str | None:
     """The staticmethod running in ``stacks`` (each innermost first; the first stack with
-    one wins), or None when none of them was in one of the Function's staticmethods."""
+    one wins), or None when none of them was in one of the Function's staticmethods.
+
+    The innermost one, except that a ``forward`` (or ``setup_context``) called from within
+    ``backward``, ``jvp`` or ``vmap`` (a backward that applies the Function again, a rule
+    that calls ``apply``) names the one that called it: a backward recursing without end
+    is caught in its forward half the time, and blaming ``forward`` would stop every check.
+    """
     if not codes:
         return None
     for stack in stacks:
+        inner = None
         for code in stack:
             name = codes.get(code)
-            if name is not None:
+            if name is None:
+                continue
+            if name not in _CALLED_BY_OTHERS:
                 return name
+            inner = inner or name
+        if inner is not None:
+            return inner
     return None
 
 
