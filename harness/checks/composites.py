@@ -528,8 +528,17 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         outs = vf(*call)
         return tuple(outs[j] for j in view.outs)
 
-    _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff))
-    actual = attempt(label, vjp_fn, tuple(cot_in))
+    def torch_bug() -> None:
+        """torch's un-batching bug (``xfail``) rather than the Function's failure, if it is."""
+        _unbatching_under(ctx, "vjp", plan, out_dims, stacked, findings, label)
+
+    try:
+        _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff))
+        actual = attempt(label, vjp_fn, tuple(cot_in))
+    except Exception as raised:
+        if raised_in_unbatching(raised):
+            torch_bug()
+        raise
     watch.verify(label, findings, "inputs and cotangents must be left unchanged")
     for i, a, e in zip(view.diff, actual, expected):
         findings.compare(
@@ -539,8 +548,42 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
             e,
             e.dtype,
         )
+    if findings.problems:
+        torch_bug()
     findings.raise_if_any()
     return LOOP_VJP_REFERENCE
+
+
+def _unbatching_under(
+    ctx: CaseContext,
+    transform: str,
+    plan: Plan,
+    out_dims: Sequence[Any],
+    forward_expected: Sequence[Any] | None,
+    findings: Findings,
+    label: str,
+) -> None:
+    """Raise ``TorchBug`` when a failed ``grad_of_vmap`` / ``jvp_of_vmap`` case is torch's
+    un-batching bug (``harness.checks.unbatching``, under torch.func's ``transform`` of the
+    vmap and the case's randomness; a random entry's call is reseeded per call, so its
+    draws match the loop's). ``forward_expected``: the loop reference of every output of
+    the forward at out_dims (computed here when None)."""
+    fn = _all_outputs(ctx.entry)
+    if forward_expected is None:
+        forward_expected, _ = loop_reference(fn, plan, ctx.slices)
+    message = unbatching_bug(
+        fn,
+        plan,
+        out_dims,
+        lambda: PlanSlices.of(plan, ctx.slices).batched(),
+        forward_expected,
+        rtol=findings.rtol,
+        atol=findings.atol,
+        randomness=ctx.vmap_randomness,
+        transform=transform,
+    )
+    if message:
+        raise TorchBug(f"{label}: {message}")
 
 
 def run_jvp_of_vmap(ctx: CaseContext) -> str:
@@ -593,13 +636,23 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
         outs = as_tuple(vf(*call))
         return tuple(outs[j] for j in view.outs)
 
-    primals_out, tangents_out = attempt(
-        label,
-        torch.func.jvp,
-        f,
-        tuple(batched[i] for i in view.diff),
-        tuple(batched[n:]),
-    )
+    def torch_bug() -> None:
+        """torch's un-batching bug (``xfail``) rather than the Function's failure, if it is."""
+        out_dims = [lv.out_dims for lv in plan.levels]
+        _unbatching_under(ctx, "jvp", plan, out_dims, None, findings, label)
+
+    try:
+        primals_out, tangents_out = attempt(
+            label,
+            torch.func.jvp,
+            f,
+            tuple(batched[i] for i in view.diff),
+            tuple(batched[n:]),
+        )
+    except Exception as raised:
+        if raised_in_unbatching(raised):
+            torch_bug()
+        raise
     watch.verify(label, findings, "inputs and tangents must be left unchanged")
     names = [f"primal output {j}" for j in view.outs] + [
         f"tangent of output {j}" for j in view.outs
@@ -613,5 +666,7 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
             e,
             e.dtype,
         )
+    if findings.problems:
+        torch_bug()
     findings.raise_if_any()
     return LOOP_JVP_REFERENCE

@@ -22,7 +22,14 @@ repro), never on the Function, only when the whole signature holds:
    returns ``None`` for an output that varies per slice, or any other wrong rule, fails
    here and keeps its own failure);
 4. plain torch, with an unbatched output of that shape at that out_dim and batch size,
-   also goes wrong (raises, or returns the wrong shape or values).
+   also goes wrong (raises, or returns the wrong shape or values), under the case's
+   ``randomness`` and, for ``grad_of_vmap`` and ``jvp_of_vmap``, under the same transform
+   (``torch.func.vjp`` or ``torch.func.jvp`` of the vmap). A random Function's unbatched
+   output is a draw shared by the slices (``randomness='same'``, the mode the autodiff
+   checks run a random Function in): the repro draws it with ``torch.rand`` there, e.g.
+   ``torch.func.jvp(lambda x: torch.func.vmap(lambda x: (x * 2, torch.rand(4, 7)),
+   out_dims=(0, -1), randomness='same')(x), (torch.zeros(2),), (torch.ones(2),))`` raises
+   ``Target sizes: [34359738370, 4]`` on torch 2.13.
 """
 
 from __future__ import annotations
@@ -103,31 +110,89 @@ def _moved(t: torch.Tensor, j: int, out_dims: Sequence[Any]) -> torch.Tensor:
     return t
 
 
-def _plain_torch(shape: Sequence[int], batch: int, out_dim: int) -> tuple[str, str]:
+#: The transforms the signature is recognised under: the vmapped call alone, or torch.func's
+#: vjp / jvp of it (``grad_of_vmap``, ``jvp_of_vmap``).
+TRANSFORMS = ("", "vjp", "jvp")
+
+
+def _plain_call(
+    make: Callable[[], torch.Tensor], out_dim: int, batch: int, randomness: str, transform: str
+) -> torch.Tensor:
+    """Plain torch: vmap of ``x -> (x * 2, make())`` at out_dims (0, out_dim), under
+    ``transform``; the unbatched output."""
+
+    def vmapped_fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.func.vmap(  # type: ignore[no-any-return]
+            lambda x: (x, make()), out_dims=(0, out_dim), randomness=randomness
+        )(x)
+
+    x = torch.zeros(batch)
+    if transform == "vjp":
+        return torch.func.vjp(vmapped_fn, x)[0][1]  # type: ignore[no-any-return]
+    if transform == "jvp":
+        return torch.func.jvp(vmapped_fn, (x,), (torch.ones(batch),))[0][1]  # type: ignore[no-any-return]
+    return vmapped_fn(x)[1]
+
+
+def _repro(const: str, out_dim: int, batch: int, randomness: str, transform: str) -> str:
+    mode = f", randomness={randomness!r}" if randomness != "error" else ""
+    vm = f"torch.func.vmap(lambda x: (x, {const}), out_dims=(0, {out_dim}){mode})"
+    if transform == "vjp":
+        return f"torch.func.vjp(lambda x: {vm}(x), torch.zeros({batch}))[0][1].shape"
+    if transform == "jvp":
+        return (
+            f"torch.func.jvp(lambda x: {vm}(x), (torch.zeros({batch}),), "
+            f"(torch.ones({batch}),))[0][1].shape"
+        )
+    return f"{vm}(torch.zeros({batch}))[1].shape"
+
+
+def _plain_torch(
+    shape: Sequence[int],
+    batch: int,
+    out_dim: int,
+    randomness: str = "error",
+    transform: str = "",
+) -> tuple[str, str]:
     """(what plain torch did wrong, the repro) for an unbatched output of ``shape`` at
-    ``out_dim`` under a batch of ``batch``; ("", repro) when plain torch got it right."""
+    ``out_dim`` under a batch of ``batch``; ("", repro) when plain torch got it right.
+    Under ``randomness`` 'same' the output is a draw shared by the slices (``torch.rand``,
+    the same numbers as an unbatched call from the same seed), as a random Function's."""
     numel = 1
     for s in shape:
         numel *= s
-    const = f"torch.arange({numel}.).reshape({tuple(shape)!r})"
-    repro = (
-        f"torch.func.vmap(lambda x: (x, {const}), out_dims=(0, {out_dim}))"
-        f"(torch.zeros({batch}))[1].shape"
-    )
-    value = torch.arange(float(numel)).reshape(tuple(shape))
+    random = randomness == "same"
+    if random:
+        const = f"torch.rand({', '.join(str(s) for s in shape)})"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            value = torch.rand(tuple(shape))
+    else:
+        const = f"torch.arange({numel}.).reshape({tuple(shape)!r})"
+        value = torch.arange(float(numel)).reshape(tuple(shape))
+
+    def make() -> torch.Tensor:
+        return torch.rand(tuple(shape)) if random else value.clone()
+
     d = normalize_dim(out_dim, len(shape) + 1)
     want = value.unsqueeze(d).expand(*value.shape[:d], batch, *value.shape[d:])
-    try:
-        got = torch.func.vmap(lambda x: (x, value.clone()), out_dims=(0, out_dim))(
-            torch.zeros(batch)
-        )[1]
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"raises {type(e).__name__}: {first[:200]}", repro
-    if got.shape != want.shape:
-        return f"returns shape {tuple(got.shape)} instead of {tuple(want.shape)}", repro
-    if not torch.equal(got, want):
-        return "returns the right shape with the wrong values", repro
+    # vmap alone first: where it returns a garbage shape (an expanded view, no memory), the
+    # transform would materialise it (hundreds of GB): that repro is not run, the vmap's is.
+    for under in ("", transform) if transform else ("",):
+        repro = _repro(const, out_dim, batch, randomness, under)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                got = _plain_call(make, out_dim, batch, randomness, under)
+        except Exception as e:
+            if under != transform:
+                continue  # it raises: so does the transform's (run next, the case's repro)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"raises {type(e).__name__}: {first[:200]}", repro
+        if got.shape != want.shape:
+            return f"returns shape {tuple(got.shape)} instead of {tuple(want.shape)}", repro
+        if not torch.equal(got, want):
+            return "returns the right shape with the wrong values", repro
     return "", repro
 
 
@@ -142,11 +207,15 @@ def unbatching_bug(
     atol: float,
     randomness: str = "error",
     wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    transform: str = "",
 ) -> str | None:
     """The ``xfail`` message when a failed vmap case is this torch bug (module docstring),
     else None. ``fn`` returns the Function's flat outputs; ``make_args`` builds fresh
     batched arguments; ``expected`` is the loop reference at ``out_dims``; ``wrap`` (a
-    random entry's reseeding) wraps the vmapped call."""
+    random entry's reseeding) wraps the vmapped call; ``transform`` ("vjp", "jvp"): the
+    case ran torch.func's vjp or jvp of the vmap, and plain torch is run under it too."""
+    if transform not in TRANSFORMS:
+        raise ValueError(f"transform {transform!r}: one of {TRANSFORMS}")
     # torch compares the out_dim as given (it does not wrap -1 first): -1 for a 1-d result,
     # position 0, goes wrong too
     if all(
@@ -183,13 +252,14 @@ def unbatching_bug(
     shape = tuple(z.shape[k + 1 :])
     batch = plan.levels[k].batch_size
     out_dim = _dim_at(out_dims[k], j)
-    wrong, repro = _plain_torch(shape, batch, out_dim)
+    wrong, repro = _plain_torch(shape, batch, out_dim, randomness, transform)
     if not wrong:
         return None  # plain torch un-batches this shape right: not this bug
     where = f" at vmap level {k}" if len(plan.levels) > 1 else ""
     version = torch.__version__.split("+")[0]
+    under = f"torch.func.{transform} of " if transform else ""
     return (
-        f"torch {version} bug, not the Function's: vmap with out_dims={out_dim} for output "
+        f"torch {version} bug, not the Function's: {under}vmap with out_dims={out_dim} for output "
         f"{j}, which the function under vmap returned unbatched{where} (a vmap rule's "
         "out_dim None, or a tensor that depends on no batched input), goes wrong in torch's "
         "un-batching (_remove_batch_dim expands it "
