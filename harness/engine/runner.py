@@ -288,7 +288,7 @@ def timed_out_twice(
         if name is not None:
             message = hung_message(name, case.sample_index, *hung[name])
     if not message:
-        ids = ledger.exhausted(case.entry, case.check)
+        ids = ledger.exhausted(case.entry, case.check, refresh=False)
         if not ids:
             return None
         message = not_run_message(ids)

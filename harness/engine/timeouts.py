@@ -124,9 +124,11 @@ class TimeoutLedger:
                     entry, check, case_id = item
                     self._add(str(entry), str(check), str(case_id))
 
-    def exhausted(self, entry: str, check: str) -> list[str]:
-        """The timed-out case ids of (entry, check) once there are enough to stop ([] before)."""
-        self._refresh()
+    def exhausted(self, entry: str, check: str, *, refresh: bool = True) -> list[str]:
+        """The timed-out case ids of (entry, check) once there are enough to stop ([] before);
+        ``refresh=False``: the file was just read (by ``hung_in``)."""
+        if refresh:
+            self._refresh()
         ids = self.seen.get((entry, check), [])
         return ids if len(ids) >= TIMEOUTS_PER_CHECK else []
 
