@@ -100,3 +100,23 @@ class Traced(torch.autograd.Function):
     def vmap(info, in_dims, x):
         CALLS.append("vmap")
         return _ok(x, in_dims)
+
+
+class LegacyTraced(torch.autograd.Function):
+    """``Traced`` in the legacy style (``forward(ctx, x)``, no setup_context): torch.func
+    cannot differentiate it, so the eager checks run it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        CALLS.append("forward")
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        CALLS.append("backward")
+        return LegacyTraced.apply(grad)
+
+    @staticmethod
+    def jvp(ctx, t):
+        CALLS.append("jvp")
+        return t * 2

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness import check
 from harness.checks.catalogue import STATICMETHODS_CALLED, check_names, staticmethods_called
@@ -82,6 +83,37 @@ def test_every_check_declares_at_least_the_staticmethods_it_calls():
     assert "backward" not in seen["jvp"] and "jvp" not in seen["vjp"]
 
 
+def test_the_eager_checks_call_what_they_declare():
+    entry = make_entry(hf.LegacyTraced, hf.samples)
+    for name in ("eager_vjp", "eager_jvp", "eager_vjp_of_vjp"):
+        hf.CALLS.clear()
+        r = check(hf.LegacyTraced, hf.samples, checks=[name], timeout_s=60)
+        assert r.cases and {c.status for c in r.cases} == {"pass"}, (name, r.cases[0].message)
+        declared = staticmethods_called(name, entry)
+        assert hf.CALLS and set(hf.CALLS) <= declared, (name, set(hf.CALLS) - declared)
+
+
+def test_a_custom_ops_registered_functions_are_its_staticmethods():
+    @torch.library.custom_op("afdb_test_hangs::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def backward(ctx, grad):
+        return grad * 2
+
+    def setup_context(ctx, inputs, output):
+        pass
+
+    def rule(info, in_dims, x):
+        return x * 2, in_dims[0]
+
+    twice.register_autograd(backward, setup_context=setup_context)
+    twice.register_vmap(rule)
+    codes = staticmethod_codes(make_entry(twice, hf.samples))
+    assert codes[backward.__code__] == "backward" and codes[rule.__code__] == "vmap"
+    assert codes[setup_context.__code__] == "setup_context"
+
+
 def test_a_custom_gradients_jvp_reference_calls_the_backward():
     custom = make_entry(hf.Traced, hf.samples, gradient="custom")
     for name in ("jvp", "jacfwd"):
@@ -123,8 +155,6 @@ def test_the_innermost_staticmethod_on_the_first_stack_that_has_one_is_named():
 
 
 def test_torchs_default_staticmethods_are_never_the_functions():
-    import torch
-
     class NoRules(torch.autograd.Function):
         @staticmethod
         def forward(x):
