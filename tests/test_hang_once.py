@@ -196,6 +196,17 @@ def test_a_killed_workers_fault_dump_names_the_staticmethod_at_its_line():
     elsewhere = dump.replace(f"line {line} in vmap", f"line {line + 500} in vmap")
     assert staticmethod_in_dump(elsewhere, codes) is None
     assert staticmethod_in_dump("no frames", codes) is None
+    # a forward applied from within the rule (in the same thread's stack) is the rule's
+    forward = hf.VmapHangs.forward.__code__
+    fline = max(n for _, _, n in forward.co_lines() if n is not None)
+    inner = dump.replace(
+        "Thread 0x1 (most recent call first):\n",
+        f'Thread 0x1 (most recent call first):\n  File "{forward.co_filename}", line {fline} '
+        "in forward\n",
+    )
+    assert staticmethod_in_dump(inner, codes) == "vmap"
+    alone = f'Thread 0x2:\n  File "{forward.co_filename}", line {fline} in forward\n'
+    assert staticmethod_in_dump(alone, codes) == "forward"
 
 
 def test_a_hang_noted_by_one_process_is_read_by_another(tmp_path):

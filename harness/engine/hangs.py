@@ -95,18 +95,23 @@ def running_staticmethod(
     """
     if not codes:
         return None
-    for stack in stacks:
-        inner = None
-        for code in stack:
-            name = codes.get(code)
-            if name is None:
-                continue
-            if name not in _CALLED_BY_OTHERS:
-                return name
-            inner = inner or name
-        if inner is not None:
-            return inner
-    return None
+    return _first(_pick(codes.get(code) for code in stack) for stack in stacks)
+
+
+def _pick(names: Iterable[str | None]) -> str | None:
+    """One stack's staticmethod from its frames' names (innermost first; None: not one)."""
+    inner = None
+    for name in names:
+        if name is None:
+            continue
+        if name not in _CALLED_BY_OTHERS:
+            return name
+        inner = inner or name
+    return inner
+
+
+def _first(picks: Iterable[str | None]) -> str | None:
+    return next((p for p in picks if p is not None), None)
 
 
 _DUMP_FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (\S+)')
@@ -114,21 +119,30 @@ _DUMP_FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (\S+)')
 
 def staticmethod_in_dump(faults: str, codes: dict[CodeType, str]) -> str | None:
     """The staticmethod running in a fault handler's dump (a worker its native-hang watchdog
-    killed: frames innermost first), or None."""
+    killed: each thread's frames innermost first, the threads in the dump's order; a frame
+    is a staticmethod's when its file, function and line are those of its code), chosen as
+    ``running_staticmethod`` chooses, or None."""
     if not codes:
         return None
     by_place: dict[tuple[str, str], list[tuple[CodeType, str]]] = {}
     for code, name in codes.items():
         by_place.setdefault((code.co_filename, code.co_name), []).append((code, name))
-    for line in faults.splitlines():
-        m = _DUMP_FRAME.match(line)
-        if m is None:
-            continue
+
+    def name_of(m: re.Match[str]) -> str | None:
         for code, name in by_place.get((m.group(1), m.group(3)), []):
-            lines = {n for _, _, n in code.co_lines() if n is not None}
-            if int(m.group(2)) in lines:
+            if int(m.group(2)) in {n for _, _, n in code.co_lines() if n is not None}:
                 return name
-    return None
+        return None
+
+    threads: list[list[str | None]] = [[]]
+    for line in faults.splitlines():
+        if "hread 0x" in line:  # "Thread 0x..." / "Current thread 0x...": a new stack
+            threads.append([])
+            continue
+        m = _DUMP_FRAME.match(line)
+        if m is not None:
+            threads[-1].append(name_of(m))
+    return _first(_pick(names) for names in threads)
 
 
 __all__ = ["running_staticmethod", "staticmethod_codes", "staticmethod_in_dump"]
