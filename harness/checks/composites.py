@@ -31,6 +31,7 @@ from harness.checks.autodiff_refs import (
     restricted,
     sample_view,
 )
+from harness.checks import noise
 from harness.checks.catalogue import (
     CaseContext,
     ReferenceRaised,
@@ -321,8 +322,13 @@ def _run_composite(
     watch.verify(label, findings, f"the Function must leave its inputs and {kind} unchanged")
     if len(actual) != len(expected):
         findings.add(f"{label}: {len(actual)} results, reference {len(expected)}")
-    for nm, a, e in zip(names, actual, expected):
-        findings.compare(f"{label}: {nm}, {sides}", a, e, e.dtype)
+    start = len(findings.problems)
+    compared = [(f"{label}: {nm}, {sides}", a, e) for nm, a, e in zip(names, actual, expected)]
+    for text, a, e in compared:
+        findings.compare(text, a, e, e.dtype)
+    noise.recheck_findings(
+        ctx, findings, start, compared, lambda: noise.wide_loop(reference_fn, full, source)
+    )
     if findings.problems:
         torch_bug()
     findings.raise_if_any()
@@ -471,6 +477,11 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         od = out_dims[level]
         return od[j] if isinstance(od, tuple) else od
 
+    def wide_grads(path: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        """A slice's eager vjp from the float64 upcast of its arguments and cotangents."""
+        a = [noise.widened(x) for x in slices_with_cots.call_args(path)]
+        return tuple(eager_vjp(entry, a[:n], view.diff, view.outs, list(a[n:])))
+
     def slice_grads(path: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
         hit = kept.get(path) if kept is not None else None
         if hit is None:
@@ -489,11 +500,13 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
                 kept[path] = hit
         return hit[0]  # type: ignore[no-any-return]
 
-    def reference(level: int, path: tuple[int, ...]) -> list[torch.Tensor]:
+    def reference(
+        level: int, path: tuple[int, ...], grads: Callable[..., Any] = slice_grads
+    ) -> list[torch.Tensor]:
         if level == len(levels):
-            return list(slice_grads(path))
+            return list(grads(path))
         lv = levels[level]
-        per = [reference(level + 1, (*path, b)) for b in range(lv.batch_size)]
+        per = [reference(level + 1, (*path, b), grads) for b in range(lv.batch_size)]
         result = []
         for m, i in enumerate(view.diff):
             parts = [p[m] for p in per]
@@ -531,14 +544,27 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
     _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff))
     actual = attempt(label, vjp_fn, tuple(cot_in))
     watch.verify(label, findings, "inputs and cotangents must be left unchanged")
-    for i, a, e in zip(view.diff, actual, expected):
-        findings.compare(
+    start = len(findings.problems)
+    compared = [
+        (
             f"{label}: grad of input {i}, torch.func.vjp of vmap (the Function's vmap rule and "
             f"backward) vs {LOOP_VJP_REFERENCE} (reference; unbatched inputs summed over slices)",
             a,
             e,
-            e.dtype,
         )
+        for i, a, e in zip(view.diff, actual, expected)
+    ]
+    for text, a, e in compared:
+        findings.compare(text, a, e, e.dtype)
+
+    def wide() -> list[torch.Tensor] | None:
+        try:
+            with torch.random.fork_rng(devices=[]):
+                return reference(0, (), wide_grads)
+        except Exception:
+            return None
+
+    noise.recheck_findings(ctx, findings, start, compared, wide)
     findings.raise_if_any()
     return LOOP_VJP_REFERENCE
 
@@ -605,13 +631,20 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
         f"tangent of output {j}" for j in view.outs
     ]
     actual = (*as_tuple(primals_out), *as_tuple(tangents_out))
-    for nm, a, e in zip(names, actual, expected):
-        findings.compare(
+    start = len(findings.problems)
+    compared = [
+        (
             f"{label}: {nm}, torch.func.jvp of vmap (the Function's vmap rule and jvp) vs "
             f"{LOOP_JVP_REFERENCE} (reference)",
             a,
             e,
-            e.dtype,
         )
+        for nm, a, e in zip(names, actual, expected)
+    ]
+    for text, a, e in compared:
+        findings.compare(text, a, e, e.dtype)
+    noise.recheck_findings(
+        ctx, findings, start, compared, lambda: noise.wide_loop(reference, full, source)
+    )
     findings.raise_if_any()
     return LOOP_JVP_REFERENCE

@@ -50,6 +50,7 @@ from harness.checks.autodiff_refs import (
     restricted,
     sample_view,
 )
+from harness.checks import noise
 from harness.checks.catalogue import (
     CaseContext,
     CheckSpec,
@@ -239,8 +240,19 @@ def run_groups(
                 contract.add(f"{label}: {len(actual)} results, reference {len(expected)}")
             contract.raise_if_any()
         found = Findings.of(ctx)
-        for nm, a, e in zip(names, actual, expected):
-            found.compare(f"{label}: {nm}, {sides} vs {ref_name} (reference)", a, e, e.dtype)
+        compared = [
+            (f"{label}: {nm}, {sides} vs {ref_name} (reference)", a, e)
+            for nm, a, e in zip(names, actual, expected)
+        ]
+        for text, a, e in compared:
+            found.compare(text, a, e, e.dtype)
+        noise.recheck_findings(
+            ctx,
+            found,
+            0,
+            compared,
+            lambda fn=reference_fn: noise.wide_loop(fn, full, source),  # type: ignore[misc]
+        )
         if not found.problems:
             if len(references) > 1:
                 ctx.notes.append(f"{check}: matches {ref_name}")
@@ -249,6 +261,8 @@ def run_groups(
     merged = Findings.of(ctx)
     for found in tried:
         merged.problems.extend(found.problems[:2])
+        for text in found.hints:
+            merged.hint(text)
     if len(references) > 1:
         merged.hint(
             "gradient=custom: matches none of the references ("
