@@ -84,6 +84,9 @@ def samples(seed: int, dtype: torch.dtype, device: str) -> list[Sample]:
         q2, _ = np.linalg.qr(g.standard_normal((n, n)))
         a = (q1 * np.logspace(0, -CONDITION_DIGITS, n)) @ q2.T
         b = g.standard_normal(n)
-        args = (torch.tensor(a, dtype=dtype, device=device), torch.tensor(b, dtype=dtype, device=device))
+        args = (
+            torch.tensor(a, dtype=dtype, device=device),
+            torch.tensor(b, dtype=dtype, device=device),
+        )
         out.append(Sample(args, f"cond-{n}"))
     return out

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from harness.checks import noise
 from harness.checks.autodiff_refs import (
     COMPOSITE_PLAN_CAP,
     LOOP_JVP_REFERENCE,
@@ -31,13 +32,13 @@ from harness.checks.autodiff_refs import (
     restricted,
     sample_view,
 )
-from harness.checks import noise
 from harness.checks.catalogue import (
     CaseContext,
     ReferenceRaised,
     TorchBug,
     Unsupported,
 )
+from harness.checks.forward_outputs import compare_forward, forward_torch_bug, note_left_out
 from harness.checks.references import eager_jvp, eager_vjp
 from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.options import Options
@@ -396,6 +397,7 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
         "loop of per-slice eager vjps (torch.autograd.grad, the reference)",
         "Eager backward of the Function (torch.autograd.grad, .backward()) fails for its users",
     )
+    note_left_out(ctx, "vmap_of_vjp", view)
     return LOOP_VJP_REFERENCE
 
 
@@ -442,6 +444,7 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
         "Eager forward-mode AD of the Function (torch.autograd.forward_ad dual tensors) fails "
         "for its users",
     )
+    note_left_out(ctx, "vmap_of_jvp", view)
     return LOOP_JVP_REFERENCE
 
 
@@ -534,14 +537,16 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         watch.add(f"the cotangent of {view.out_name(j)}", c)
     vf = vmapped(fn, plan, out_dims, randomness=ctx.vmap_randomness)
 
-    def f(*xs: Any) -> tuple[Any, ...]:
+    def f(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         call = list(batched)
         for i, x in zip(view.diff, xs):
             call[i] = x
         outs = vf(*call)
-        return tuple(outs[j] for j in view.outs)
+        return tuple(outs[j] for j in view.outs), tuple(outs)
 
-    _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff))
+    _, vjp_fn, returned = attempt(
+        f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff), has_aux=True
+    )
     actual = attempt(label, vjp_fn, tuple(cot_in))
     watch.verify(label, findings, "inputs and cotangents must be left unchanged")
     start = len(findings.problems)
@@ -565,6 +570,9 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
             return None
 
     noise.recheck_findings(ctx, findings, start, compared, wide)
+    grads_ok = not findings.problems
+    if compare_forward(ctx, findings, label, view, returned, stacked, fn, plan) and grads_ok:
+        forward_torch_bug(ctx, label, fn, plan, out_dims, stacked, findings)
     findings.raise_if_any()
     return LOOP_VJP_REFERENCE
 
@@ -605,26 +613,24 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
     watch = Watch()
     for i, a in enumerate(batched):
         watch.add(f"input {i}" if i < n else f"the tangent of input {view.diff[i - n]}", a)
-    vf = vmapped(
-        _all_outputs(entry),
-        plan,
-        [lv.out_dims for lv in plan.levels],
-        randomness=ctx.vmap_randomness,
-    )
+    every = _all_outputs(entry)
+    out_dims = [lv.out_dims for lv in plan.levels]
+    vf = vmapped(every, plan, out_dims, randomness=ctx.vmap_randomness)
 
-    def f(*xs: Any) -> tuple[Any, ...]:
+    def f(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         call = list(batched[:n])
         for i, x in zip(view.diff, xs):
             call[i] = x
         outs = as_tuple(vf(*call))
-        return tuple(outs[j] for j in view.outs)
+        return tuple(outs[j] for j in view.outs), tuple(outs)
 
-    primals_out, tangents_out = attempt(
+    primals_out, tangents_out, returned = attempt(
         label,
         torch.func.jvp,
         f,
         tuple(batched[i] for i in view.diff),
         tuple(batched[n:]),
+        has_aux=True,
     )
     watch.verify(label, findings, "inputs and tangents must be left unchanged")
     names = [f"primal output {j}" for j in view.outs] + [
@@ -646,5 +652,15 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
     noise.recheck_findings(
         ctx, findings, start, compared, lambda: noise.wide_loop(reference, full, source)
     )
+    # the outputs the tangents leave out (not differentiable): against the forward's loop
+    left_out = [j for j in range(len(returned)) if j not in view.outs]
+    if left_out:
+        stacked, _ = loop_reference(every, plan, ctx.slices, reuse=("all outputs", entry.call))
+        values_ok = not findings.problems
+        if (
+            compare_forward(ctx, findings, label, view, returned, stacked, every, plan, left_out)
+            and values_ok
+        ):
+            forward_torch_bug(ctx, label, every, plan, out_dims, stacked, findings)
     findings.raise_if_any()
     return LOOP_JVP_REFERENCE

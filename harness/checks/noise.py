@@ -133,27 +133,32 @@ def recheck(
     atol: float,
 ) -> Recheck | None:
     """Compare again, leaf ``k`` by ``compares[k](extra_atol)``, with the noise allowance of
-    ``expected[k]`` against ``wide[k]`` (its float64 loop). None when no noise was measured."""
+    ``expected[k]`` against ``wide[k]`` (its float64 loop). None when no noise was measured.
+
+    The words name the allowance of the leaves it was given to: those that still fail, or
+    on a pass all of them (a leaf compared exactly, an integer count, gets none)."""
     if wide is None or len(wide) != len(expected):
         return None
     problems: list[str] = []
-    worst: tuple[float, float, float] | None = None  # (noise, allowance, cap) of the widest
-    measured = False
+    given: list[tuple[float, float, float, bool]] = []  # (noise, allowance, cap, failed)
     for compare, e, w in zip(compares, expected, wide):
         n = noise(e, w)
         extra = 0.0
+        limit = 0.0
         if n is not None:
-            measured = True
             limit = cap(e, dtype)
             extra = min(NOISE_MULTIPLE * n, limit)
-            if worst is None or extra > worst[1]:
-                worst = (n, extra, limit)
         message = compare(extra)
         if message:
             problems.append(message)
-    if not measured or worst is None:
+        if n is not None:
+            given.append((n, extra, limit, bool(message)))
+    if not given:
         return None
-    n, extra, limit = worst
+    named = [g for g in given if g[3]] if problems else given
+    if not named:
+        return Recheck(tuple(problems), "")
+    n, extra, limit, _ = max(named, key=lambda g: g[1])
     name = dtype_name(dtype)
     capped = " (capped)" if NOISE_MULTIPLE * n > limit else ""
     words = (
@@ -210,6 +215,6 @@ def recheck_findings(
     if again.problems:
         findings.problems.extend(again.problems)
         findings.hint(again.words)
-    else:
+    elif again.words:
         label = comparisons[0][0].split(":", 1)[0] if comparisons else ""
         ctx.notes.append(f"{label}: {again.words}")

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from harness.checks import noise
 from harness.checks.autodiff import (
     _first,
     _needs_backward,
@@ -50,7 +51,6 @@ from harness.checks.autodiff_refs import (
     restricted,
     sample_view,
 )
-from harness.checks import noise
 from harness.checks.catalogue import (
     CaseContext,
     CheckSpec,
@@ -60,6 +60,7 @@ from harness.checks.catalogue import (
     register,
 )
 from harness.checks.composites import WithExtras, _reference_raised
+from harness.checks.forward_outputs import note_left_out
 from harness.checks.references import grad_where_connected
 from harness.checks.second_order import first_order_vjp
 from harness.core.options import Options
@@ -378,6 +379,7 @@ def run_vmap_of_vjp_of_vjp(ctx: CaseContext) -> str:
         + [f"d<vjp, w>/d input {i}" for i in view.diff]
         + [f"d<vjp, w>/d the cotangent of {view.out_name(j)}" for j in view.outs]
     )
+    note_left_out(ctx, "vmap_of_vjp_of_vjp", view)
     return run_groups(
         ctx,
         "vmap_of_vjp_of_vjp",
@@ -433,6 +435,7 @@ def run_vmap_of_jvp_of_vjp(ctx: CaseContext) -> str:
     names = [f"grad of input {i}" for i in view.diff] + [
         f"tangent of the grad of input {i}" for i in view.diff
     ]
+    note_left_out(ctx, "vmap_of_jvp_of_vjp", view)
     return run_groups(
         ctx,
         "vmap_of_jvp_of_vjp",

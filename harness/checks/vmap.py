@@ -251,9 +251,11 @@ def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
         again = _noise_recheck(ctx, name, actual, expected, ref_fn.names(), rtol, atol)
         if again is not None:
             if not again.problems:
-                ctx.notes.append(f"{name} {plan.id}: {again.words}")
+                if again.words:
+                    ctx.notes.append(f"{name} {plan.id}: {again.words}")
                 return "loop over slices"
-            problems, allowed = list(again.problems), f" ({again.words})"
+            problems = list(again.problems)
+            allowed = f" ({again.words})" if again.words else ""
     if problems:
         torch_bug()
         k = next(
