@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograd_function_db.entry import entry
 from autograd_function_db import REGISTRY
+from autograd_function_db.entry import entry
 from harness.core.options import Options
 from harness.engine.runner import run_entries
 from tests import count_outputs as co
