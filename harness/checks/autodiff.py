@@ -106,8 +106,25 @@ def _first(*reasons: Callable[[Entry], str | None]) -> Callable[[Entry], str | N
     return supported
 
 
+def custom_op_no_jvp(entry: Entry) -> str:
+    """Why a torch.library custom op has no forward mode, and what it needs instead (checked on
+    torch 2.13: torch.library has register_autograd, register_vmap, register_fake, ... but
+    nothing for forward mode, and forward AD through the op drops the tangent silently)."""
+    return (
+        f"custom op {entry.function_name}: torch.library has no forward-mode registration "
+        "(register_autograd gives reverse mode only; on torch 2.13 torch.func.jvp through the "
+        "op returns zero tangents and torch.autograd.forward_ad no tangent, without an error); "
+        "forward mode needs the op written in differentiable torch ops (a "
+        "CompositeImplicitAutograd kernel, torch.library.Library.impl(name, fn, "
+        "'CompositeImplicitAutograd'), which forward AD traces through) or an "
+        "autograd.Function with a jvp staticmethod instead of the custom op"
+    )
+
+
 def _needs_jvp(entry: Entry) -> str | None:
-    return None if entry.caps.jvp else NO_JVP
+    if entry.caps.jvp:
+        return None
+    return custom_op_no_jvp(entry) if entry.custom_op is not None else NO_JVP
 
 
 def _needs_backward(entry: Entry) -> str | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from harness.checks import noise
 from harness.checks.autodiff_refs import (
     COMPOSITE_PLAN_CAP,
     LOOP_JVP_REFERENCE,
@@ -37,6 +38,7 @@ from harness.checks.catalogue import (
     TorchBug,
     Unsupported,
 )
+from harness.checks.forward_outputs import compare_forward, forward_torch_bug, note_left_out
 from harness.checks.references import eager_jvp, eager_vjp
 from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.options import Options
@@ -321,8 +323,13 @@ def _run_composite(
     watch.verify(label, findings, f"the Function must leave its inputs and {kind} unchanged")
     if len(actual) != len(expected):
         findings.add(f"{label}: {len(actual)} results, reference {len(expected)}")
-    for nm, a, e in zip(names, actual, expected):
-        findings.compare(f"{label}: {nm}, {sides}", a, e, e.dtype)
+    start = len(findings.problems)
+    compared = [(f"{label}: {nm}, {sides}", a, e) for nm, a, e in zip(names, actual, expected)]
+    for text, a, e in compared:
+        findings.compare(text, a, e, e.dtype)
+    noise.recheck_findings(
+        ctx, findings, start, compared, lambda: noise.wide_loop(reference_fn, full, source)
+    )
     if findings.problems:
         torch_bug()
     findings.raise_if_any()
@@ -390,6 +397,7 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
         "loop of per-slice eager vjps (torch.autograd.grad, the reference)",
         "Eager backward of the Function (torch.autograd.grad, .backward()) fails for its users",
     )
+    note_left_out(ctx, "vmap_of_vjp", view)
     return LOOP_VJP_REFERENCE
 
 
@@ -436,6 +444,7 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
         "Eager forward-mode AD of the Function (torch.autograd.forward_ad dual tensors) fails "
         "for its users",
     )
+    note_left_out(ctx, "vmap_of_jvp", view)
     return LOOP_JVP_REFERENCE
 
 
@@ -471,6 +480,11 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         od = out_dims[level]
         return od[j] if isinstance(od, tuple) else od
 
+    def wide_grads(path: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        """A slice's eager vjp from the float64 upcast of its arguments and cotangents."""
+        a = [noise.widened(x) for x in slices_with_cots.call_args(path)]
+        return tuple(eager_vjp(entry, a[:n], view.diff, view.outs, list(a[n:])))
+
     def slice_grads(path: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
         hit = kept.get(path) if kept is not None else None
         if hit is None:
@@ -489,11 +503,13 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
                 kept[path] = hit
         return hit[0]  # type: ignore[no-any-return]
 
-    def reference(level: int, path: tuple[int, ...]) -> list[torch.Tensor]:
+    def reference(
+        level: int, path: tuple[int, ...], grads: Callable[..., Any] = slice_grads
+    ) -> list[torch.Tensor]:
         if level == len(levels):
-            return list(slice_grads(path))
+            return list(grads(path))
         lv = levels[level]
-        per = [reference(level + 1, (*path, b)) for b in range(lv.batch_size)]
+        per = [reference(level + 1, (*path, b), grads) for b in range(lv.batch_size)]
         result = []
         for m, i in enumerate(view.diff):
             parts = [p[m] for p in per]
@@ -521,33 +537,51 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         watch.add(f"the cotangent of {view.out_name(j)}", c)
     vf = vmapped(fn, plan, out_dims, randomness=ctx.vmap_randomness)
 
-    def f(*xs: Any) -> tuple[Any, ...]:
+    def f(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         call = list(batched)
         for i, x in zip(view.diff, xs):
             call[i] = x
         outs = vf(*call)
-        return tuple(outs[j] for j in view.outs)
+        return tuple(outs[j] for j in view.outs), tuple(outs)
 
     def torch_bug() -> None:
         """torch's un-batching bug (``xfail``) rather than the Function's failure, if it is."""
         _unbatching_under(ctx, "vjp", plan, out_dims, stacked, findings, label)
 
     try:
-        _, vjp_fn = attempt(f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff))
+        _, vjp_fn, returned = attempt(
+            f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff), has_aux=True
+        )
         actual = attempt(label, vjp_fn, tuple(cot_in))
     except Exception as raised:
         if raised_in_unbatching(raised):
             torch_bug()
         raise
     watch.verify(label, findings, "inputs and cotangents must be left unchanged")
-    for i, a, e in zip(view.diff, actual, expected):
-        findings.compare(
+    start = len(findings.problems)
+    compared = [
+        (
             f"{label}: grad of input {i}, torch.func.vjp of vmap (the Function's vmap rule and "
             f"backward) vs {LOOP_VJP_REFERENCE} (reference; unbatched inputs summed over slices)",
             a,
             e,
-            e.dtype,
         )
+        for i, a, e in zip(view.diff, actual, expected)
+    ]
+    for text, a, e in compared:
+        findings.compare(text, a, e, e.dtype)
+
+    def wide() -> list[torch.Tensor] | None:
+        try:
+            with torch.random.fork_rng(devices=[]):
+                return reference(0, (), wide_grads)
+        except Exception:
+            return None
+
+    noise.recheck_findings(ctx, findings, start, compared, wide)
+    grads_ok = not findings.problems
+    if compare_forward(ctx, findings, label, view, returned, stacked, fn, plan) and grads_ok:
+        forward_torch_bug(ctx, label, fn, plan, out_dims, stacked, findings)
     if findings.problems:
         torch_bug()
     findings.raise_if_any()
@@ -622,32 +656,29 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
     watch = Watch()
     for i, a in enumerate(batched):
         watch.add(f"input {i}" if i < n else f"the tangent of input {view.diff[i - n]}", a)
-    vf = vmapped(
-        _all_outputs(entry),
-        plan,
-        [lv.out_dims for lv in plan.levels],
-        randomness=ctx.vmap_randomness,
-    )
+    every = _all_outputs(entry)
+    out_dims = [lv.out_dims for lv in plan.levels]
+    vf = vmapped(every, plan, out_dims, randomness=ctx.vmap_randomness)
 
-    def f(*xs: Any) -> tuple[Any, ...]:
+    def f(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         call = list(batched[:n])
         for i, x in zip(view.diff, xs):
             call[i] = x
         outs = as_tuple(vf(*call))
-        return tuple(outs[j] for j in view.outs)
+        return tuple(outs[j] for j in view.outs), tuple(outs)
 
     def torch_bug() -> None:
         """torch's un-batching bug (``xfail``) rather than the Function's failure, if it is."""
-        out_dims = [lv.out_dims for lv in plan.levels]
         _unbatching_under(ctx, "jvp", plan, out_dims, None, findings, label)
 
     try:
-        primals_out, tangents_out = attempt(
+        primals_out, tangents_out, returned = attempt(
             label,
             torch.func.jvp,
             f,
             tuple(batched[i] for i in view.diff),
             tuple(batched[n:]),
+            has_aux=True,
         )
     except Exception as raised:
         if raised_in_unbatching(raised):
@@ -658,14 +689,31 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
         f"tangent of output {j}" for j in view.outs
     ]
     actual = (*as_tuple(primals_out), *as_tuple(tangents_out))
-    for nm, a, e in zip(names, actual, expected):
-        findings.compare(
+    start = len(findings.problems)
+    compared = [
+        (
             f"{label}: {nm}, torch.func.jvp of vmap (the Function's vmap rule and jvp) vs "
             f"{LOOP_JVP_REFERENCE} (reference)",
             a,
             e,
-            e.dtype,
         )
+        for nm, a, e in zip(names, actual, expected)
+    ]
+    for text, a, e in compared:
+        findings.compare(text, a, e, e.dtype)
+    noise.recheck_findings(
+        ctx, findings, start, compared, lambda: noise.wide_loop(reference, full, source)
+    )
+    # the outputs the tangents leave out (not differentiable): against the forward's loop
+    left_out = [j for j in range(len(returned)) if j not in view.outs]
+    if left_out:
+        stacked, _ = loop_reference(every, plan, ctx.slices, reuse=("all outputs", entry.call))
+        values_ok = not findings.problems
+        if (
+            compare_forward(ctx, findings, label, view, returned, stacked, every, plan, left_out)
+            and values_ok
+        ):
+            forward_torch_bug(ctx, label, every, plan, out_dims, stacked, findings)
     if findings.problems:
         torch_bug()
     findings.raise_if_any()

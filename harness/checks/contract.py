@@ -27,6 +27,7 @@ from harness.checks.catalogue import (
     needs_vmap,
     register,
 )
+from harness.checks.compare import compare_tensors
 from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
@@ -309,11 +310,12 @@ def run_contract(ctx: CaseContext) -> str | None:
     # A random entry's rule raises under torch's default randomness="error" (as it must):
     # its contract is checked under the modes in which it draws.
     modes = ("same", "different") if entry.caps.randomness else ("error",)
+    results: list[tuple[str, Any]] = []
     with intercept_entry_rule(entry) as calls:
         for mode in modes:
             try:
                 with torch.random.fork_rng(devices=[]):
-                    vmapped(fn, plan, out_dims, randomness=mode)(*args)
+                    results.append((mode, vmapped(fn, plan, out_dims, randomness=mode)(*args)))
             except Exception as e:  # the contract explains the error, if it can
                 error, failed_mode = e, mode
                 break
@@ -335,7 +337,55 @@ def run_contract(ctx: CaseContext) -> str | None:
             f"contract {plan.id}: the vmap rule of {entry.function_name} was never called, "
             "although an argument is batched; is the entry's op really this Function?"
         )
-    return "vmap rule contract"
+    for mode, result in results:
+        wrong = returned_outputs(as_tuple(result), reference, fn.names(), exact=mode == "error")
+        if wrong:
+            if mode in ("error", "same"):
+                _torch_bug(ctx, fn, plan, out_dims, reference, mode)
+            where = f", randomness='{mode}'" if entry.caps.randomness else ""
+            raise CheckFailure(
+                f"contract {plan.id}{where}: the rule kept its contract on every call, but what "
+                "vmap returned differs from the loop over slices: "
+                + "; ".join(wrong)
+                + f" ({OUTPUTS_COMPARED})"
+            )
+    return CONTRACT_REFERENCE
+
+
+#: What the contract compares of the outputs vmap returns (the vmap checks compare the rest).
+OUTPUTS_COMPARED = (
+    "the contract compares every output's shape and dtype, and integer and bool outputs' "
+    "values exactly; floating values are the vmap checks'"
+)
+CONTRACT_REFERENCE = (
+    "vmap rule contract; every output vmap returns: shape, dtype, integer and bool values "
+    "(floating values: the vmap checks)"
+)
+
+
+def returned_outputs(
+    actual: Sequence[Any], reference: Sequence[Any], names: Sequence[str], *, exact: bool
+) -> list[str]:
+    """How the outputs vmap returned differ from the loop reference in count, shape or dtype,
+    or (``exact``) in the values of an integer or bool output."""
+    if len(actual) != len(reference):
+        return [f"{len(actual)} outputs, the loop gives {len(reference)}"]
+    problems = []
+    for k, (a, e) in enumerate(zip(actual, reference)):
+        name = names[k] if k < len(names) else f"output {k}"
+        if not isinstance(e, torch.Tensor):
+            continue
+        if not isinstance(a, torch.Tensor):
+            problems.append(f"{name}: {type(a).__name__}, the loop gives a tensor")
+        elif a.shape != e.shape:
+            problems.append(f"{name}: shape {tuple(a.shape)}, the loop gives {tuple(e.shape)}")
+        elif a.dtype != e.dtype:
+            problems.append(f"{name}: dtype {a.dtype}, the loop gives {e.dtype}")
+        elif exact and not (e.is_floating_point() or e.is_complex()):
+            message = compare_tensors(a, e, rtol=0.0, atol=0.0, label=name)
+            if message:
+                problems.append(message)
+    return problems
 
 
 def _torch_bug(

@@ -47,6 +47,7 @@ from harness.checks.autodiff import (
     NO_BACKWARD,
     _needs_double_backward,
     _with_fixed_rng,
+    custom_op_no_jvp,
 )
 from harness.checks.autodiff_refs import (
     COTANGENT_WHY,
@@ -336,10 +337,7 @@ def _needs_backward(entry: Entry) -> str | None:
 
 def _needs_jvp(entry: Entry) -> str | None:
     if entry.custom_op is not None:
-        return (
-            "a torch.library custom op has no forward-mode AD (register_autograd gives reverse "
-            "mode only; forward AD silently gives no tangent)"
-        )
+        return custom_op_no_jvp(entry)
     return None if entry.caps.jvp else NO_EAGER_JVP
 
 

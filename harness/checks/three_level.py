@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from harness.checks import noise
 from harness.checks.autodiff import (
     _first,
     _needs_backward,
@@ -59,6 +60,7 @@ from harness.checks.catalogue import (
     register,
 )
 from harness.checks.composites import WithExtras, _reference_raised
+from harness.checks.forward_outputs import note_left_out
 from harness.checks.references import grad_where_connected
 from harness.checks.second_order import first_order_vjp
 from harness.core.options import Options
@@ -239,8 +241,19 @@ def run_groups(
                 contract.add(f"{label}: {len(actual)} results, reference {len(expected)}")
             contract.raise_if_any()
         found = Findings.of(ctx)
-        for nm, a, e in zip(names, actual, expected):
-            found.compare(f"{label}: {nm}, {sides} vs {ref_name} (reference)", a, e, e.dtype)
+        compared = [
+            (f"{label}: {nm}, {sides} vs {ref_name} (reference)", a, e)
+            for nm, a, e in zip(names, actual, expected)
+        ]
+        for text, a, e in compared:
+            found.compare(text, a, e, e.dtype)
+        noise.recheck_findings(
+            ctx,
+            found,
+            0,
+            compared,
+            lambda fn=reference_fn: noise.wide_loop(fn, full, source),  # type: ignore[misc]
+        )
         if not found.problems:
             if len(references) > 1:
                 ctx.notes.append(f"{check}: matches {ref_name}")
@@ -249,6 +262,8 @@ def run_groups(
     merged = Findings.of(ctx)
     for found in tried:
         merged.problems.extend(found.problems[:2])
+        for text in found.hints:
+            merged.hint(text)
     if len(references) > 1:
         merged.hint(
             "gradient=custom: matches none of the references ("
@@ -364,6 +379,7 @@ def run_vmap_of_vjp_of_vjp(ctx: CaseContext) -> str:
         + [f"d<vjp, w>/d input {i}" for i in view.diff]
         + [f"d<vjp, w>/d the cotangent of {view.out_name(j)}" for j in view.outs]
     )
+    note_left_out(ctx, "vmap_of_vjp_of_vjp", view)
     return run_groups(
         ctx,
         "vmap_of_vjp_of_vjp",
@@ -419,6 +435,7 @@ def run_vmap_of_jvp_of_vjp(ctx: CaseContext) -> str:
     names = [f"grad of input {i}" for i in view.diff] + [
         f"tangent of the grad of input {i}" for i in view.diff
     ]
+    note_left_out(ctx, "vmap_of_jvp_of_vjp", view)
     return run_groups(
         ctx,
         "vmap_of_jvp_of_vjp",

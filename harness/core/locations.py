@@ -27,6 +27,7 @@ import traceback
 from types import TracebackType
 
 from harness.core.paths import PACKAGE_DIR
+from harness.core.shape_origin import built_at
 
 _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"])
 #: The suite's packages: where they live differs between a checkout and an installation.
@@ -153,6 +154,9 @@ def describe_exception(exc: BaseException, limit: int = 2000) -> str:
     if len(message) > limit:
         message = message[:limit] + f"... [{len(message) - limit} characters truncated]"
     where = where_raised(exc.__traceback__)
+    built = built_at(exc, _internal, location)
+    if built:
+        where = f"{where}; {built}" if where else built
     return f"{message} ({where})" if where else message
 
 
