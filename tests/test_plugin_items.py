@@ -5,6 +5,8 @@ not outlive pytest."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,103 @@ def test_a_conformance_group_that_checked_nothing_still_exits_5_under_xdist(pyte
     assert result.ret == 5, out
     notes = [ln for ln in out.splitlines() if ln.startswith("afdb: nothing checked by ")]
     assert len(notes) == 1 and "test_conf.py::test_legacy" in notes[0], notes
+
+
+# --- a daemon a case starts does not outlive pytest ------------------------------------------
+
+DAEMON_FUNCTION = r'''
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import torch
+
+
+def _start_daemon():
+    """A daemon as a service starts one: setsid --fork, so its parent exits at once and it
+    is orphaned in a session of its own; it writes its pid to AFDB_TEST_PIDFILE."""
+    pidfile = os.environ["AFDB_TEST_PIDFILE"]
+    before = open(pidfile).read().count("\n") if os.path.exists(pidfile) else 0
+    subprocess.Popen(
+        ["setsid", "--fork", "sh", "-c", 'echo $$ >> "$AFDB_TEST_PIDFILE"; exec sleep 300'],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # wait until it runs: the case must not end first
+        if os.path.exists(pidfile) and open(pidfile).read().count("\n") > before:
+            return
+        time.sleep(0.01)
+
+
+class StartsADaemon(torch.autograd.Function):
+    """Correct (x * 3), but its backward (which only a case calls, never the collection)
+    starts a daemon the first time it runs in a process."""
+
+    generate_vmap_rule = True
+    started = False
+
+    @staticmethod
+    def forward(x):
+        return x * 3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        if not StartsADaemon.started:
+            StartsADaemon.started = True
+            _start_daemon()
+        return 3 * g
+
+
+def samples():
+    return [(torch.randn(5, dtype=torch.float64),)]
+'''
+
+DAEMON_TESTS = """
+from harness.pytest_plugin import conformance_tests
+from daemon_function import StartsADaemon, samples
+
+test_daemon = conformance_tests(StartsADaemon, samples, checks=["vjp"])
+"""
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (a killed orphan init has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(
+    not (os.path.exists("/proc/self/stat") and shutil.which("setsid")),
+    reason="needs /proc and setsid (Linux)",
+)
+@pytest.mark.parametrize("workers", [("-n", "2"), ("-p", "no:xdist")], ids=["n2", "in-process"])
+def test_a_daemon_a_case_starts_does_not_outlive_pytest(pytester, monkeypatch, workers):
+    pidfile = pytester.path / "daemons.txt"
+    pytester.makepyfile(daemon_function=DAEMON_FUNCTION, test_daemon=DAEMON_TESTS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(pytester.path)]))
+    monkeypatch.setenv("AFDB_TEST_PIDFILE", str(pidfile))
+    try:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *workers, timeout=300)
+        pids = [int(p) for p in pidfile.read_text().split()] if pidfile.exists() else []
+        assert pids, result.stdout.str()  # the Function did start its daemons
+        outcomes = result.parseoutcomes()
+        # Each case that started a daemon (the first vjp case of each process) is an error
+        # that says it was killed; the other cases pass.
+        assert outcomes.get("failed", 0) == len(pids), (outcomes, pids)
+        result.stdout.fnmatch_lines(["*left 1 child process(es) running after the case*killed*"])
+        alive = [pid for pid in pids if _running(pid)]
+        assert not alive, f"daemons outlived pytest: {alive}"
+    finally:  # never leave one behind, whatever the verdict
+        for pid in [int(p) for p in pidfile.read_text().split()] if pidfile.exists() else []:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -145,6 +145,7 @@ def run_case(
         watch_user_interrupt() as interrupt,
         capture_output() as printed,
         watch_thread_starts(),
+        children.subreaper(),  # a daemon the case starts is orphaned to us, to be killed
     ):
         limit = time_limit(options.timeout_s)
         try:
