@@ -30,6 +30,12 @@ import pytest
 MARKER = "afdb: a conformance case of autograd-function-db (conformance_tests, database_tests)"
 
 
+#: The attribute the plugin sets on the reports of a conformance item (one carrying the
+#: ``afdb`` marker). Never ``report.keywords``: they hold every parent folder's name too, so
+#: under a folder named ``afdb`` every test would look like a conformance case.
+CONFORMANCE_ATTR = "afdb_conformance"
+
+
 class _NothingChecked:
     """Per session: conformance groups (a test function's node id without the case) with the
     items seen and those that checked something (passed, failed, xfailed; not skipped as
@@ -38,8 +44,17 @@ class _NothingChecked:
     def __init__(self) -> None:
         self.groups: dict[str, list[int]] = {}
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        """Mark the reports of items that carry the ``afdb`` marker (a plain attribute: it
+        travels with the report from an xdist worker to the controller)."""
+        report = yield
+        if item.get_closest_marker("afdb") is not None:
+            setattr(report, CONFORMANCE_ATTR, True)
+        return report
+
     def pytest_runtest_logreport(self, report: Any) -> None:
-        if "afdb" not in getattr(report, "keywords", {}):
+        if not getattr(report, CONFORMANCE_ATTR, False):
             return
         if report.when != "call" and not (report.when == "setup" and not report.passed):
             return

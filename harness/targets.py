@@ -9,6 +9,7 @@ Every loading mistake is a ``UsageError`` with one line saying what is wrong.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import os
@@ -62,6 +63,58 @@ def same_spec(named: str, recorded: str) -> bool:
     return os.path.basename(n_mod.replace("\\", "/")) == os.path.basename(r_mod.replace("\\", "/"))
 
 
+def close_names(word: str, known: list[str] | set[str]) -> list[str]:
+    """The close matches of ``word`` among ``known`` (case-insensitive, in ``known``'s
+    spelling), best first."""
+    by_lower: dict[str, str] = {}
+    for k in sorted(known):
+        by_lower.setdefault(k.lower(), k)
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=3, cutoff=0.6)
+    return [by_lower[c] for c in close]
+
+
+def did_you_mean(names: list[str]) -> str:
+    """``"; did you mean 'x' or 'y'?"``, or ``""`` for no names."""
+    return f"; did you mean {' or '.join(repr(n) for n in names)}?" if names else ""
+
+
+def _close_files(module: str) -> str:
+    """The "did you mean" of a file target that does not exist: the Python files beside
+    where it was looked for (or, when that folder is missing too, the folders beside it),
+    spelled as the user gave the path."""
+    given = module.replace("\\", "/")
+    folder, _, base = given.rpartition("/")
+    where = os.path.abspath(folder or ".")
+    try:
+        if os.path.isdir(where):
+            names = close_names(base, {n for n in os.listdir(where) if n.endswith(".py")})
+            return did_you_mean([f"{folder}/{n}" if folder else n for n in names])
+        parent, _, missing = folder.rpartition("/")
+        around = os.path.abspath(parent or ".")
+        dirs = {n for n in os.listdir(around) if os.path.isdir(os.path.join(around, n))}
+    except OSError:
+        return ""
+    names = close_names(missing, dirs)
+    return did_you_mean([f"{parent}/{n}/{base}" if parent else f"{n}/{base}" for n in names])
+
+
+def _close_modules(missing: str) -> str:
+    """The "did you mean" of a module that does not exist: the modules of its parent
+    package, or the top-level ones importable from the current directory and sys.path."""
+    import pkgutil
+
+    parent, _, name = missing.rpartition(".")
+    try:
+        if parent:
+            path = getattr(sys.modules.get(parent), "__path__", None)
+            known = {m.name for m in pkgutil.iter_modules(path)} if path is not None else set()
+        else:
+            known = {m.name for m in pkgutil.iter_modules()}
+    except Exception:  # a broken sys.path entry: no hint rather than a traceback
+        return ""
+    return did_you_mean([f"{parent}.{n}" if parent else n for n in close_names(name, known)])
+
+
 def file_module_name(path: str) -> str:
     """The name a file target is imported under: its stem, so a reproducer can import it too."""
     return os.path.splitext(os.path.basename(path))[0]
@@ -71,7 +124,9 @@ def import_module(module: str, what: str) -> ModuleType:
     if is_path(module):
         path = os.path.abspath(module)
         if not os.path.isfile(path):
-            raise UsageError(f"{what}: no such file {module!r}; give path/to/file.py:Name")
+            raise UsageError(
+                f"{what}: no such file {module!r}{_close_files(module)} (give path/to/file.py:Name)"
+            )
         if path in _FILE_MODULES:
             return _FILE_MODULES[path]
         name = file_module_name(path)
@@ -109,8 +164,9 @@ def import_module(module: str, what: str) -> ModuleType:
     except ModuleNotFoundError as e:
         if e.name and (module == e.name or module.startswith(e.name + ".")):
             raise UsageError(
-                f"{what}: no module named {module!r} (looked in the current directory and "
-                "sys.path); run from your project root, install it, or give path/to/file.py:Name"
+                f"{what}: no module named {module!r}{_close_modules(e.name)} (looked in the "
+                "current directory and sys.path); run from your project root, install it, or "
+                "give path/to/file.py:Name"
             ) from e
         raise UsageError(
             f"{what}: importing {module} failed: {_import_error_line(e)}; install the missing "
@@ -179,9 +235,12 @@ def load_attr(spec: str, what: str) -> Any:
         if not hasattr(obj, part):
             public = sorted(n for n in dir(obj) if not n.startswith("_"))
             hint = ", ".join(public[:12]) + (", ..." if len(public) > 12 else "")
+            names = [n for n in dir(obj) if not n.startswith("_") or part.startswith("_")]
+            close = did_you_mean(close_names(part, names))
+            defines = f"it defines {hint}" if hint else ""
             raise UsageError(
-                f"{what}: {module} has no attribute {'.'.join(path)!r}"
-                + (f"; it defines {hint}" if hint else "")
+                f"{what}: {module} has no attribute {'.'.join(path)!r}{close}"
+                + (f" ({defines})" if close and defines else f"; {defines}" if defines else "")
             )
         obj = getattr(obj, part)
     return obj

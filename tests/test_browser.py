@@ -27,7 +27,10 @@ CHROMIUM = next(
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed"),
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="headless Chromium is not installed (chromium, chromium-browser or google-chrome on PATH runs the HTML report in a browser)",
+    ),
 ]
 
 FLAGS = [

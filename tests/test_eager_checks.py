@@ -139,7 +139,7 @@ def test_custom_gradient_second_order_from_saved_outputs_is_unsupported_with_the
 
 def test_afdb_check_of_a_legacy_function_says_what_to_change(capsys):
     rc = main(["check", f"{LEGACY}:LegacyScaledTanh", "--samples", f"{LEGACY}:three_samples",
-               "--no-isolate", "-q"])  # fmt: skip
+               "--no-isolate"])  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0, out
     note = next(line for line in out.splitlines() if line.startswith("note: torch.func"))
@@ -271,7 +271,7 @@ def test_afdb_check_exits_5_and_says_nothing_checked(capsys):
 
 
 def test_afdb_run_exits_5_when_nothing_is_checked(capsys):
-    rc = main(["run", "-q", "--checks", "eager_vjp", "RowSumWithCount"])
+    rc = main(["run", "--checks", "eager_vjp", "RowSumWithCount"])
     out = capsys.readouterr().out
     assert rc == 5, out
     assert "nothing checked" in out and "NOTHING CHECKED: 0 cases: no cases" in out

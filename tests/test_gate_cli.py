@@ -19,6 +19,8 @@ ROT = ROOT / "examples" / "rotations.py"
 GOOD = [f"{ROT}:RotatePoints", "--samples", f"{ROT}:rotation_samples"]
 BROKEN = [f"{ROT}:BrokenRotatePoints", "--samples", f"{ROT}:rotation_samples"]
 FAST = ["--no-isolate", "--checks", "vmap", "-q"]
+#: As FAST, with the per-check table and the root causes (-q prints the summary line only).
+LOUD = ["--no-isolate", "--checks", "vmap"]
 
 
 def run_main(capsys, *argv):
@@ -45,7 +47,7 @@ def test_correct_function_exits_0_and_says_which_batch_sizes(capsys, tmp_path):
 
 def test_broken_function_exits_1_naming_the_cases_with_repro_in_the_report(capsys, tmp_path):
     report = tmp_path / "r.json"
-    rc, out, _ = run_main(capsys, "check", *BROKEN, *FAST, "--json", str(report))
+    rc, out, _ = run_main(capsys, "check", *BROKEN, *LOUD, "--json", str(report))
     assert rc == 1
     assert "FAIL 8 cases in vmap (one root cause)" in out  # one block per root cause
     assert "BrokenRotatePoints/vmap/s0/in_dims=(0,1),B=4 and 5 more" in out
@@ -67,7 +69,7 @@ def test_check_in_a_temporary_project_through_the_console_entry(tmp_path):
     """The default (isolated) mode, from a user's directory, with a module:attr target."""
     (tmp_path / "mylib.py").write_text(ROT.read_text())
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "harness.cli", "check", "--checks", "vmap", "-q"]
+    cmd = [sys.executable, "-m", "harness.cli", "check", "--checks", "vmap"]
     broken = subprocess.run(
         [*cmd, "mylib:BrokenRotatePoints", "--samples", "mylib:rotation_samples"],
         capture_output=True,
@@ -244,7 +246,7 @@ def _write(path, items):
 def test_expectations_xfail_xpass_unmatched_and_accept(tmp_path, capsys):
     exp = tmp_path / "exp.json"
     _write(exp, [{"id": "BrokenRotatePoints/vmap", "status": "xfail", "reason": "issue #1"}])
-    rc, out, err = run_main(capsys, "check", *BROKEN, *FAST, "--expectations", str(exp))
+    rc, out, err = run_main(capsys, "check", *BROKEN, *LOUD, "--expectations", str(exp))
     assert rc == 1  # the passing cases of the prefix are xpass
     assert "XPASS" in out and "xfail" in out
     _write(

@@ -63,7 +63,7 @@ def test_the_page_is_the_shipped_template_and_static_files():
 
 def test_the_wheel_and_the_sdist_carry_the_templates():
     """pyproject's package data, MANIFEST.in and the wheel check of .ci/run name each file."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11+")
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"
     ]["harness"]

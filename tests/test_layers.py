@@ -13,7 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LINT = shutil.which("lint-imports", path=os.path.dirname(sys.executable))
 
-pytestmark = pytest.mark.skipif(LINT is None, reason="import-linter is not installed")
+pytestmark = pytest.mark.skipif(
+    LINT is None,
+    reason="import-linter is not installed (it comes with the test extra: pip install -e '.[test]')",
+)
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,10 @@ import pytest
 from harness.core.results import CaseResult, RunResult
 from harness.reports import diff, report
 
-markdown_it = pytest.importorskip("markdown_it")
+markdown_it = pytest.importorskip(
+    "markdown_it",
+    reason="markdown-it-py is not installed (optional: it renders the Markdown reports to check their escaping)",
+)
 
 #: (hostile, plain) pairs; each plain word stands for its hostile twin in the second run.
 ENTRY = ("# E*1* [a](b) <b>x</b> ~~s~~ `t` &amp; #", "Entrya")

@@ -20,6 +20,9 @@ import torch
 import harness
 from harness.checks.second_order import CUSTOM_FD_SECOND_ORDER, EAGER_DOUBLE_BACKWARD
 
+#: Why a test of a real PyPI package is skipped where the package is not installed.
+OPTIONAL = "{} is not installed (optional: pip install {} to check its real Functions)"
+
 
 def _gen(seed):
     return torch.Generator().manual_seed(seed)
@@ -48,7 +51,7 @@ def by_id(result):
 
 
 def test_roma_procrustes():
-    roma = pytest.importorskip("roma.mappings")
+    roma = pytest.importorskip("roma.mappings", reason=OPTIONAL.format("roma", "roma"))
     fn = roma._ProcrustesManualDerivatives
     first = ["jvp", "vjp", "jacrev", "jacfwd"]
     result = by_id(harness.check(fn, procrustes_samples, checks=[*first, "vjp_of_vjp"]))
@@ -66,7 +69,7 @@ def test_roma_procrustes():
 
 
 def test_roma_horn_refuses_float32_and_its_legs_are_skipped():
-    roma = pytest.importorskip("roma.mappings")
+    roma = pytest.importorskip("roma.mappings", reason=OPTIONAL.format("roma", "roma"))
     result = harness.check(roma._HornEigenvectorManualDerivatives, horn_samples, checks=["vjp"])
     cases = by_id(result)
     assert cases["_HornEigenvectorManualDerivatives/vjp/s0"].status == "pass"
@@ -75,7 +78,9 @@ def test_roma_horn_refuses_float32_and_its_legs_are_skipped():
 
 
 def test_pypose_second_order_references_follow_what_backward_saved():
-    op = pytest.importorskip("pypose.lietensor.operation")
+    op = pytest.importorskip(
+        "pypose.lietensor.operation", reason=OPTIONAL.format("pypose", "pypose")
+    )
     (exp,) = harness.check(
         op.so3_Exp, axis_angle_samples, gradient="custom", checks=["vjp_of_vjp"]
     ).cases

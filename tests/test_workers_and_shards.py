@@ -177,7 +177,7 @@ def _our_processes(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux only)")
 @pytest.mark.parametrize("engine", ["fork", "xdist", "in-process"])
 def test_sigterm_stops_workers_removes_temporary_folders_and_writes_the_report(tmp_path, engine):
     tmp = tmp_path / "tmp"

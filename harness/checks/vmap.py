@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -72,7 +73,8 @@ def captured_fallback_warnings() -> Iterator[list[str]]:
     The warning comes from C++ and goes straight to file descriptor 2 (not through
     Python's warnings), so fd 2 is redirected to a temporary file for the block; lines
     that are not the fallback warning are written back to stderr afterwards. Python
-    warnings carrying the same text are collected too. The list is filled on exit.
+    warnings carrying the same text are collected too; other Python warnings are shown again
+    as they came. The list is filled on exit.
     """
     lines: list[str] = []
     caught: list[warnings.WarningMessage] = []
@@ -82,7 +84,10 @@ def captured_fallback_warnings() -> Iterator[list[str]]:
         os.dup2(tmp.fileno(), 2)
         try:
             with warnings.catch_warnings(record=True) as record:
-                warnings.simplefilter("always")
+                # Only the fallback warning is forced through; every other warning meets the
+                # caller's filters as it would without this block (a warning torch's own
+                # internals set off stays ignored, a Function's own stays the Function's).
+                warnings.filterwarnings("always", message=f".*{re.escape(FALLBACK_MARK)}")
                 try:
                     yield lines
                 finally:

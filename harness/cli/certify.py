@@ -306,7 +306,7 @@ def certify(
     for r in result.cases:
         if r.repro:
             r.repro = repro_command(backend, r.entry, r.check, options)
-    if not quiet_summary:
+    if not quiet_summary and not args.quiet:
         print_summary(result)
     if getattr(args, "junit", None):
         from harness.reports.junit import write_junit
@@ -344,14 +344,16 @@ def write_certificate(cert: dict[str, Any], args: argparse.Namespace) -> None:
         certificate.write_html(cert, args.html)
 
 
-def print_areas(cert: dict[str, Any], out: Any = None) -> None:
+def print_areas(cert: dict[str, Any], out: Any = None, *, quiet: bool = False) -> None:
+    """The certificate's areas, then its verdict line (``quiet``: the verdict line only)."""
     out = out or sys.stdout
     from harness.certify.certificate import backend_title, verdict_line
 
-    print(f"\ncertificate for {backend_title(cert)}:", file=out)
-    for a in cert["areas"]:
-        counts = ", ".join(f"{n} {s}" for s, n in a["counts"].items()) or "no cases"
-        print(f"  {a['name']:<26} {a['verdict']:<17} {counts}", file=out)
+    if not quiet:
+        print(f"\ncertificate for {backend_title(cert)}:", file=out)
+        for a in cert["areas"]:
+            counts = ", ".join(f"{n} {s}" for s, n in a["counts"].items()) or "no cases"
+            print(f"  {a['name']:<26} {a['verdict']:<17} {counts}", file=out)
     print(f"verdict: {verdict_line(cert)} (digest {cert['digest'][:19]}...)", file=out)
 
 
@@ -367,7 +369,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     check_output_paths(args)
     cert, result = certify(args, backend)
     write_certificate(cert, args)
-    print_areas(cert)
+    print_areas(cert, quiet=args.quiet)
     shown = getattr(args, "paths_as_given", None) or {}
     written = [
         shown.get(p, p) for f in ("json", "markdown", "html", "junit") if (p := getattr(args, f))

@@ -15,17 +15,20 @@ import re
 import shlex
 import sys
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
 from harness.cli.run import closing_lines, controller_threads, execute, run_status, worker_count
 from harness.cli.selection import add_selection_options, apply_last_failed, last_failed_note
+from harness.core.dtype_names import DTYPE_NAMES, SAMPLE_DTYPES
 from harness.core.errors import UsageError
 from harness.core.locations import portable_path, portable_spec
-from harness.core.options import DTYPES, SAMPLE_DTYPES, Options, parse_dtype
 from harness.core.results import STATUSES, RunResult
 from harness.core.signals import deferred_signals
 from harness.core.textsafe import visible
+
+if TYPE_CHECKING:  # torch loads when a command runs, never for `afdb --help`
+    from harness.core.options import Options
 
 
 def _arg_positions(text: str) -> tuple[int, ...]:
@@ -140,7 +143,9 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_check, isolate=True, dtype=None)
     for action in p._actions:
         if action.dest == "dtype":
-            action.help = f"cast floating samples to one of {', '.join(DTYPES)} (default: keep "
+            action.help = (
+                f"cast floating samples to one of {', '.join(DTYPE_NAMES)} (default: keep "
+            )
             action.help += "the samples' own dtypes)"
 
     r = sub.add_parser(
@@ -167,7 +172,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument(
         "--dtype",
         default=None,
-        help=f"one of {', '.join(DTYPES)}, or {SAMPLE_DTYPES} (the samples' own dtypes)",
+        help=f"one of {', '.join(DTYPE_NAMES)}, or {SAMPLE_DTYPES} (the samples' own dtypes)",
     )
     r.add_argument("--device", default=None)
     r.add_argument("--batch-size")
@@ -352,7 +357,12 @@ def check_once(args: argparse.Namespace) -> int:
             if args.expectations:  # a temporary copy of its skips: the report names the file
                 args.expectations_label = f"{portable_path(accept_path)} (its skips)"
         result = execute(
-            [entry], options, args, source="user", target=spec, summary=print_check_summary
+            [entry],
+            options,
+            args,
+            source="user",
+            target=spec,
+            summary=None if args.quiet else print_check_summary,
         )
     finally:
         if accept_path is not None and args.expectations:
@@ -451,6 +461,7 @@ def _name_it_yourself(args: argparse.Namespace, recorded: dict[str, Any]) -> str
 
 def cmd_repro(args: argparse.Namespace) -> int:
     from harness.core.errors import UsageError
+    from harness.core.options import DTYPES, Options, parse_dtype
     from harness.engine.cases import find_case
     from harness.targets import TargetSpec
 

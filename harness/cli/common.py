@@ -10,12 +10,14 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
-
+from harness.core.dtype_names import DTYPE_NAMES
 from harness.core.errors import UsageError
-from harness.core.options import DTYPES, Options
-from harness.core.results import RunResult
+
+if TYPE_CHECKING:  # torch loads when a command runs, never for `afdb --help`
+    from harness.core.options import Options
+    from harness.core.results import RunResult
 
 
 class CliError(UsageError):
@@ -43,7 +45,7 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", default="cpu", help="device for the samples (default: cpu)")
     p.add_argument(
-        "--dtype", default="float32", help=f"one of {', '.join(DTYPES)} (default: float32)"
+        "--dtype", default="float32", help=f"one of {', '.join(DTYPE_NAMES)} (default: float32)"
     )
     p.add_argument("--batch-size", help="batch size(s) for one vmap level, e.g. 2 or 2,4")
     p.add_argument("--nested-batch-sizes", help="batch sizes per nested level, e.g. 2,3")
@@ -68,7 +70,7 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="run cases in N worker processes, or auto (the physical cores); 0: in this process",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
     p.add_argument(
         "--hazard-probe",
         action="store_true",
@@ -78,7 +80,10 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
+    import torch
+
     from harness.checks.catalogue import check_names
+    from harness.core.options import DTYPES, Options
     from harness.engine.parallel import parse_workers
 
     parse_workers(getattr(args, "workers", None))  # a bad -n is refused before anything prints

@@ -54,9 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Conformance suite for torch.autograd.Function under torch.func transforms.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for usage errors")
-    parser.add_argument(
-        "--version", action="version", version=version_line(), help="print the version and exit"
-    )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("list", help="entries, their capabilities and API axes")
@@ -98,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parsers(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the line is made when asked for (it imports torch, which ``--help``
+    never does)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(version_line())
+        parser.exit()
 
 
 def version_line() -> str:

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import (
     CliError,
@@ -27,9 +27,11 @@ from harness.cli.selection import (
     max_fail,
 )
 from harness.core.errors import RunStopped
-from harness.core.options import Options
 from harness.core.results import CaseResult, RunResult
 from harness.core.textsafe import visible
+
+if TYPE_CHECKING:  # torch loads when a command runs, never for `afdb --help`
+    from harness.core.options import Options
 
 
 class Progress:
@@ -125,7 +127,12 @@ def print_summary(result: RunResult, out: Any = None) -> None:
         if "torch.func refused" in note:
             continue  # the database's custom ops: their cases say it
         print(f"note: {note}" if not note.startswith("nothing checked") else note, file=out)
-    print(f"{result.verdict}: {result.summary_line()}", file=out)
+    print_summary_line(result, out)
+
+
+def print_summary_line(result: RunResult, out: Any = None) -> None:
+    """The last line of a run, all that ``-q`` prints: ``PASS: 18 cases: 18 pass``."""
+    print(f"{result.verdict}: {result.summary_line()}", file=out or sys.stdout)
 
 
 # --- afdb list --------------------------------------------------------------------------
@@ -175,7 +182,8 @@ def execute(
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
     ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
-    ``summary`` replaces the default printed summary; ``known_entries`` are all the
+    ``summary`` replaces the default printed summary (``-q``: the summary line), so a
+    caller passes none under ``-q``; ``known_entries`` are all the
     source's entry names (for telling a stale expectation from an unselected one);
     ``adjust`` changes a copy of each result before the progress line counts it.
     """
@@ -278,8 +286,9 @@ def execute(
     for warning in warnings:
         print(f"warning: {visible(warning)}", file=sys.stderr)
     failed = write_reports(result, args)
-    (summary or print_summary)(result)
-    if stopped:
+    quiet = getattr(args, "quiet", False)  # -q: the summary line only (docs/cli.md)
+    (summary or (print_summary_line if quiet else print_summary))(result)
+    if stopped and not quiet:
         print(stopped)
     report_write_failures(args, failed)
     return result

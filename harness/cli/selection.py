@@ -19,12 +19,15 @@ import argparse
 import dataclasses
 import difflib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import CliError
+from harness.core.dtype_names import DTYPE_NAMES
 from harness.core.errors import RunStopped
-from harness.core.options import DTYPES, Options
 from harness.core.results import BAD_STATUSES, CaseResult
+
+if TYPE_CHECKING:
+    from harness.core.options import Options
 
 #: The run settings ``--last-failed`` takes from the report (a flag for any of them clashes).
 REPORT_SETTINGS = (
@@ -102,7 +105,7 @@ def apply_last_failed(args: argparse.Namespace, *, user: bool) -> list[str] | No
     args.last_failed_count = len(bad)
     args.seed = md.get("seed", 0)
     dtype = md.get("dtype")
-    args.dtype = dtype if dtype in DTYPES else None
+    args.dtype = dtype if dtype in DTYPE_NAMES else None
     args.device = md.get("device", "cpu")
     if md.get("batch_sizes"):
         args.batch_size = ",".join(map(str, md["batch_sizes"]))

@@ -8,17 +8,9 @@ from typing import Any
 
 import torch
 
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "complex64": torch.complex64,
-    "complex128": torch.complex128,
-}
+from harness.core.dtype_names import DTYPE_NAMES, SAMPLE_DTYPES
 
-#: How reports name ``Options.dtype=None``: every sample keeps its own dtypes.
-SAMPLE_DTYPES = "samples"
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def dtype_name(dtype: torch.dtype | None) -> str:

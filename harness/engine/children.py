@@ -8,7 +8,9 @@ process are noted; at case end the new ones are killed by their process ids.
 Descendants are found through ``/proc`` (Linux): the ``children`` files of this
 process's threads, then of theirs. A worker process makes itself a *child subreaper*, so a grandchild whose
 parent exited (a daemon's double fork, a child that called ``setsid``) is re-parented
-to the worker and still found. Elsewhere (no ``/proc``) nothing is tracked.
+to the worker and still found; a process that runs cases among other work (a user's
+pytest, ``harness.check``) is one only while a case runs (``subreaper``). Elsewhere (no
+``/proc``) nothing is tracked.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 _PROC = "/proc"
 
@@ -116,16 +120,63 @@ def descendants(root: int | None = None) -> set[Descendant]:
     return found
 
 
-def become_subreaper() -> bool:
-    """Make orphaned descendants re-parent to this process (Linux prctl); True on success."""
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+_PRCTL: Any = None
+
+
+def _prctl() -> Any:
+    """libc's ``prctl`` (looked up once), or None where there is none."""
+    global _PRCTL
+    if _PRCTL is None:
+        try:
+            import ctypes
+
+            _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+        except Exception:
+            _PRCTL = False
+    return _PRCTL or None
+
+
+def become_subreaper(on: bool = True) -> bool:
+    """Make orphaned descendants re-parent to this process (Linux prctl), or stop it
+    (``on=False``); True on success."""
+    prctl = _prctl()
+    try:
+        return prctl is not None and int(prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
+    except Exception:
+        return False
+
+
+def is_subreaper() -> bool | None:
+    """Whether this process is a child subreaper (None: cannot tell)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_child_subreaper = 36
-        return int(libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0)) == 0
+        flag = ctypes.c_int(0)
+        if int(prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) != 0:
+            return None
+        return bool(flag.value)
     except Exception:
-        return False
+        return None
+
+
+@contextlib.contextmanager
+def subreaper() -> Iterator[None]:
+    """This process is a child subreaper while the block (a case) runs, so a daemon the case
+    starts (a double fork, ``setsid --fork``) is orphaned to it, found and killed at the case's
+    end instead of going to init and outliving the run. Afterwards as before: a process
+    that was not one (a user's pytest, ``harness.check``) does not collect other tests'
+    orphans; a worker that made itself one stays one."""
+    if not supported() or is_subreaper() is not False or not become_subreaper(True):
+        yield
+        return
+    try:
+        yield
+    finally:
+        become_subreaper(False)
 
 
 def _reap(pids: list[int]) -> None:

@@ -35,6 +35,7 @@ from harness.core.results import (
     CaseResult,
 )
 from harness.core.textsafe import cap, safe_str
+from harness.core.torch_warnings import load_jvp_decompositions
 from harness.engine import children
 from harness.engine.blame import blamed, blamed_reference, tripped_over
 from harness.engine.case_state import (
@@ -132,6 +133,8 @@ def _run_case(
         result.status, result.message, result.reference = UNSUPPORTED, case.unsupported, ""
         return result, None
     shims.install()  # torch's first uses without dynamo and sympy, where safe (idempotent)
+    if data.entry.caps.jvp:  # forward mode ahead: torch's import, without its deprecations
+        load_jvp_decompositions()
     drifted = between_cases() if watch_between else []
     # Nothing changed since the previous case ended: the state it ended with (after its
     # restore) is the state now, captured already.
@@ -152,6 +155,7 @@ def _run_case(
         watch_user_interrupt() as interrupt,
         capture_output() as printed,
         watch_thread_starts(),
+        children.subreaper(),  # a daemon the case starts is orphaned to us, to be killed
     ):
         limit = time_limit(options.timeout_s)
         try:

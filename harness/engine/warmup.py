@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from harness.core import shims
+from harness.core.torch_warnings import load_jvp_decompositions
 
 #: Checks whose references or transforms run forward-mode AD (dual tensors).
 FORWARD_CHECKS = frozenset({"jvp", "jvp_of_vmap", "vmap_of_jvp", "jvp_of_vjp", "jacfwd"})
@@ -45,6 +46,7 @@ def _forward() -> None:
     """The first dual tensor, and torch.func.jvp."""
     import torch.autograd.forward_ad as fwAD
 
+    load_jvp_decompositions()  # what the dual tensor imports, without torch's deprecations
     with fwAD.dual_level():
         fwAD.make_dual(_ones(), _ones())
     torch.func.jvp(torch.sin, (_ones(),), (_ones(),))
