@@ -16,10 +16,9 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import sys
 import textwrap
 from types import FrameType, TracebackType
-
-import torch
 
 #: numpy's words; each shape follows as ``(2,4)`` or ``(2,)``, with ``()`` for a scalar.
 _NUMPY_BROADCAST = re.compile(r"operands could not be broadcast together with (?:remapped )?shapes")
@@ -86,7 +85,9 @@ def _plain_shape(value: object) -> tuple[int, ...] | None:
     """The shape of a plain torch tensor or numpy array (no subclass: nothing of the user's
     code runs to read it), else None."""
     kind = type(value)
-    if kind is torch.Tensor or kind is torch.nn.Parameter:
+    torch = sys.modules.get("torch")  # a broadcast error under a rule means torch is loaded;
+    # never imported here: core.locations (and so the CLI's --help) imports this module
+    if torch is not None and (kind is torch.Tensor or kind is torch.nn.Parameter):
         return tuple(torch.Tensor.size(value))  # type: ignore[call-overload]
     if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
         return tuple(value.shape)  # type: ignore[attr-defined]
