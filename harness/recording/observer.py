@@ -187,15 +187,24 @@ class Recorder:
 
         def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
             local = recorder._local
-            if not getattr(local, "busy", False):
-                local.busy = True
-                try:
-                    recorder._observe_function(cls, args, kwargs)
-                except Exception as e:  # the observer never breaks the program
-                    recorder._failed(cls, e)
-                finally:
-                    local.busy = False
-            return original(cls, *args, **kwargs)
+            if getattr(local, "busy", False):
+                return original(cls, *args, **kwargs)
+            local.busy = True
+            try:
+                recorder._observe_function(cls, args, kwargs)
+            except Exception as e:  # the observer never breaks the program
+                recorder._failed(cls, e)
+            finally:
+                local.busy = False
+            if not torch._C._are_functorch_transforms_active():
+                return original(cls, *args, **kwargs)
+            # Under a transform torch calls apply again at the level below, on unwrapped
+            # tensors: that is this call, already counted, not another one.
+            local.busy = True
+            try:
+                return original(cls, *args, **kwargs)
+            finally:
+                local.busy = False
 
         apply.__wrapped__ = original  # type: ignore[attr-defined]
         return apply
