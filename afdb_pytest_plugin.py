@@ -102,6 +102,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="K",
         help="with --afdb-record: distinct calls kept per Function (default 3)",
     )
+    group.addoption(
+        "--afdb-tensor-limit",
+        type=float,
+        default=16.0,
+        metavar="MB",
+        help="with --afdb-record: a call with a larger tensor (MiB) is not kept (default 16)",
+    )
+    group.addoption(
+        "--afdb-total-limit",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="with --afdb-record: the recording's tensors stop at this size (MiB; default 256)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -86,6 +86,12 @@ def test_arguments_are_restored_with_dtype_grad_strides_and_options(tmp_path):
     assert call.args[1:6] == (3, True, "add", torch.float32, None)
     assert torch.equal(call.args[6]["b"], table["b"]) and call.args[6]["b"].dtype == torch.float64
     assert not scale.legacy and scale.importable and scale.kind == "function"
+    # read back from the files: the same arguments
+    (la, lk), (lb, _) = (
+        c.args for c in load_recording(tmp_path / "rec").function(f"{MOD}:Scale").calls
+    )
+    assert torch.equal(la, a) and la.stride() == a.stride() and la.requires_grad and lk == 2
+    assert torch.equal(lb, b) and lb.stride() == (0, 1)
 
 
 def test_distinct_calls_up_to_k_and_every_call_counted(tmp_path, request):

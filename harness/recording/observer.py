@@ -418,10 +418,15 @@ class Recorder:
     def write(self) -> None:
         doc, files = self.document()
         store.write(self.out_dir, doc, files)
-        self._result = None
+        self._result = store.build(doc, files, f"{self.out_dir}/{store.INDEX}")
+
+    def written_to(self, out_dir: Path, result: Any) -> None:
+        """The recording was written for this recorder elsewhere (the merge of a pytest-xdist
+        run's parts): where, and what."""
+        self.out_dir, self._result = out_dir, result
 
     def result(self) -> Any:
-        """The Recording written (as ``load_recording`` reads it back)."""
+        """The Recording written (what ``load_recording`` reads back from it)."""
         if self._result is None:
             self._result = store.load_recording(self.out_dir)
         return self._result
