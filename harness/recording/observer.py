@@ -12,7 +12,9 @@ Not recorded as samples: calls while a torch.func transform is active (their arg
 are wrapped tensors; counted in ``under_transform``), calls made inside another observed
 Function's staticmethod or custom op (counted, and named in ``nested_in``), and calls made
 while the suite itself runs a check (frames of ``harness`` other than the CLI and this
-wing: not counted at all). torch's own Functions (``torch.*``) are not observed.
+wing: not counted at all). torch's own Functions (``torch.*``) are not observed, nor
+calls traced by ``torch.compile`` (the wrapper then steps aside, so dynamo traces the
+original ``apply`` without a graph break; record the eager run).
 """
 
 from __future__ import annotations
@@ -186,6 +188,8 @@ class Recorder:
         recorder = self
 
         def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():  # traced by dynamo: as if not observed
+                return original(cls, *args, **kwargs)
             local = recorder._local
             if getattr(local, "busy", False):
                 return original(cls, *args, **kwargs)
@@ -214,7 +218,7 @@ class Recorder:
 
         def __call__(op: Any, /, *args: Any, **kwargs: Any) -> Any:
             local = recorder._local
-            if getattr(local, "busy", False):
+            if getattr(local, "busy", False) or torch.compiler.is_compiling():
                 return original(op, *args, **kwargs)
             try:
                 ns, target = _op_target(op)
