@@ -12,6 +12,8 @@ pytest's own session time (collection and the tests, torch being imported before
 both sides by a conftest), and their ratios within this run; the target is at most 1.2x
 wall (issue 28). Both sides pay for starting Python, importing torch and collecting; only
 the second records (and imports the harness's recording wing and writes the files).
+Then, in this process, the cost of one ``apply`` call with and without a recording active
+(the part of the cost that grows with the number of calls).
 """
 
 from __future__ import annotations
@@ -195,10 +197,41 @@ def _once(root: Path, record: bool) -> tuple[float, float, float, str]:
     return wall, cpu, session, lines[-1] if lines else ""
 
 
+def per_call(calls: int, rounds: int) -> tuple[float, float]:
+    """Median microseconds of one ``apply`` (forward only, small tensors, from a shallow
+    stack) without and with a recording active, alternated, in this process."""
+    import torch
+
+    from harness.recording import recording
+
+    namespace: dict[str, object] = {}
+    exec(textwrap.dedent(LIB), namespace)
+    scale = namespace["scale"]
+    x = torch.ones(4, 3)
+
+    def loop() -> float:
+        start = time.perf_counter()
+        for i in range(calls):
+            scale(x, float(i % 3))  # type: ignore[operator]
+        return (time.perf_counter() - start) / calls * 1e6
+
+    loop()
+    plain, observed = [], []
+    with tempfile.TemporaryDirectory(prefix="afdb-recording-cost-") as tmp:
+        for r in range(rounds):
+            plain.append(loop())
+            with recording(Path(tmp) / f"rec{r}", program="benchmark"):
+                observed.append(loop())
+    return statistics.median(plain), statistics.median(observed)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tests", type=int, default=300, help="tests in the suite (default 300)")
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
+    parser.add_argument(
+        "--calls", type=int, default=20000, help="apply calls per round of the per-call loop"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="afdb-recording-cost-") as tmp:
         root = Path(tmp)
@@ -227,6 +260,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{med(True, i) / med(False, i):.3f}x (per round: {rounds(i)})"
         )
     print(summary)
+    plain, observed = per_call(args.calls, args.rounds)
+    print(
+        f"one apply (in process, {args.calls} calls a round): {plain:.1f} us without, "
+        f"{observed:.1f} us with a recording active: {observed / plain:.2f}x "
+        f"(+{observed - plain:.1f} us a call)"
+    )
     return 0
 
 

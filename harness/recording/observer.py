@@ -19,6 +19,7 @@ original ``apply`` without a graph break; record the eager run).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -32,7 +33,7 @@ import torch
 from harness.core.errors import UsageError
 from harness.core.locations import location
 from harness.recording import store
-from harness.recording.values import NotRecordable, snapshot, stored
+from harness.recording.values import NotRecordable, check, snapshot, stored
 
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
@@ -293,7 +294,7 @@ class Recorder:
         # the line of the program's own script when it is on the stack (a library's
         # public function called from it: the script's line), else the direct caller
         at = main or caller
-        return False, nested, location(at.f_code.co_filename, at.f_lineno) if at else ""
+        return False, nested, _location(at.f_code.co_filename, at.f_lineno) if at else ""
 
     def _observe_function(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         found: _Seen | None = self._by_class.get(cls, _UNSEEN)
@@ -341,11 +342,14 @@ class Recorder:
             seen.nested_in.add(nested)
             return
         try:
+            if len(seen.calls) >= self.max_calls:  # K kept: only whether it was recordable
+                check(args, kwargs)
+                return
             snap = snapshot(args, kwargs)
         except NotRecordable as e:
             seen.skip(str(e), where, order)
             return
-        if snap.key in seen.keys or len(seen.calls) >= self.max_calls:
+        if snap.key in seen.keys:
             return
         for t in snap.tensors:
             size = t.numel() * t.element_size()
@@ -434,6 +438,11 @@ class Recorder:
         if self._result is None:
             self._result = store.load_recording(self.out_dir)
         return self._result
+
+
+@functools.lru_cache(maxsize=4096)
+def _location(filename: str, lineno: int) -> str:
+    return location(filename, lineno)
 
 
 def _mib(n: int) -> str:
