@@ -25,8 +25,10 @@ from harness.recording.tensorfile import DTYPES, dtype_name
 MAX_DEPTH = 16
 MAX_ITEMS = 10_000
 MAX_STR = 10_000
-#: A restored non-contiguous tensor may span at most this many bytes of storage.
+#: A restored non-contiguous tensor may span at most this many bytes of storage, and a
+#: restored tensor (an expanded one included) hold at most this many bytes as a whole.
 MAX_STORAGE = 1 << 30
+MAX_LOGICAL = 4 << 30
 
 _DTYPE_BY_NAME = {str(d).removeprefix("torch."): d for d in DTYPES.values()}
 _ALL_DTYPES = {
@@ -206,6 +208,9 @@ def restore_tensor(node: dict[str, Any], data: torch.Tensor) -> torch.Tensor:
     shape = list(node["shape"])
     if list(data.shape) != stored_shape(node):
         raise BadNode(f"shape {shape} but the tensor file holds {list(data.shape)}")
+    logical = math.prod(shape) * data.element_size()
+    if logical > MAX_LOGICAL:
+        raise BadNode(f"shape {shape} is {logical} bytes, over the {MAX_LOGICAL}-byte limit")
     expand = node.get("expand", [])
     if any(not 0 <= d < len(shape) or shape[d] < 2 for d in expand) or len(set(expand)) != len(
         expand
