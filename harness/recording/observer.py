@@ -278,13 +278,15 @@ class Recorder:
         nested = None
         caller = main = None
         codes = self._codes
+        kinds = _KINDS
         while f is not None:
             code = f.f_code
-            name = code.co_filename
-            if name.startswith(_HARNESS):
-                if not name.startswith(_EXEMPT):
-                    return True, None, ""
-            elif not name.startswith(_TORCH):
+            kind = kinds.get(code)
+            if kind is None:
+                kind = kinds[code] = _kind(code.co_filename)
+            if kind == _SUITE:
+                return True, None, ""
+            if kind == _USER:
                 caller = caller or f
                 if main is None and f.f_globals.get("__name__") == "__main__":
                     main = f
@@ -438,6 +440,17 @@ class Recorder:
         if self._result is None:
             self._result = store.load_recording(self.out_dir)
         return self._result
+
+
+_SUITE, _TORCH_OR_US, _USER = 0, 1, 2
+#: What each code object on a stack is, by its file (looked up once per code object).
+_KINDS: dict[CodeType, int] = {}
+
+
+def _kind(filename: str) -> int:
+    if filename.startswith(_HARNESS):
+        return _TORCH_OR_US if filename.startswith(_EXEMPT) else _SUITE
+    return _TORCH_OR_US if filename.startswith(_TORCH) else _USER
 
 
 @functools.lru_cache(maxsize=4096)
