@@ -1,0 +1,564 @@
+"""The rewrite of a legacy Function on libcst's concrete syntax tree.
+
+``forward(ctx, *args)`` becomes ``forward(*args)``; what ``forward`` did to ``ctx`` (save,
+mark, set attributes) moves, statement for statement and in its order, into a new
+``@staticmethod setup_context(ctx, inputs, output)`` that reads the inputs and the outputs
+by their names in ``forward``. A value ``ctx`` keeps that is neither an input nor an output
+(an intermediate) is recomputed there from what it was computed from when that is exact and
+cheap (views, shapes, comparisons, elementwise arithmetic); otherwise the class is refused
+with one line. Only the class's ``forward`` and the new method change: every other byte of
+the file (comments, formatting, other code) is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from harness.migrate.names import names_of, root_name
+
+#: ctx methods whose effect setup_context must repeat.
+CTX_METHODS = frozenset(
+    {
+        "save_for_backward",
+        "save_for_forward",
+        "mark_non_differentiable",
+        "mark_dirty",
+        "set_materialize_grads",
+    }
+)
+
+#: Calls whose result is exact and cheap to compute again in setup_context (metadata, views,
+#: casts, comparisons, elementwise sign/abs): an intermediate made only of these is recomputed.
+CHEAP_CALLS = frozenset(
+    {
+        "size", "dim", "ndimension", "numel", "stride", "is_contiguous", "get_device",
+        "contiguous", "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute",
+        "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "movedim", "narrow",
+        "detach", "clone", "float", "double", "half", "bfloat16", "to", "type_as", "bool",
+        "gt", "lt", "ge", "le", "eq", "ne", "abs", "sign", "neg", "logical_not",
+        "zeros_like", "ones_like", "broadcast_shapes", "Size",
+        "len", "int", "tuple", "list", "range", "isinstance", "max", "min",
+    }
+)  # fmt: skip
+
+
+class Refused(Exception):
+    """The class cannot be migrated automatically; the message is the one line saying why."""
+
+
+@dataclass(frozen=True)
+class FunctionClass:
+    """A class in the file that defines ``forward`` as a staticmethod (a Function candidate)."""
+
+    name: str
+    line: int
+    legacy: bool  # forward(ctx, ...) and no setup_context of its own
+    has_vmap: bool  # a vmap staticmethod or generate_vmap_rule already
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One class rewritten: what the verification and the torch.func checks need to know."""
+
+    name: str
+    line: int
+    #: Positions of inputs given to mark_dirty (modified in place), for the torch.func checks.
+    inplace_args: tuple[int, ...] = ()
+    #: Output positions given to mark_non_differentiable.
+    nondiff_outputs: tuple[int, ...] = ()
+    #: Intermediates recomputed in setup_context (name, line in the original).
+    recomputed: tuple[tuple[str, int], ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def parse(source: bytes | str, label: str) -> cst.Module:
+    """The file's concrete syntax tree; Refused (one line) when it does not parse."""
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as e:
+        raise Refused(
+            f"{label} does not parse as Python (line {e.raw_line}, column {e.raw_column}): "
+            "fix the syntax first"
+        ) from None
+
+
+def _decorator_names(fn: cst.FunctionDef) -> set[str]:
+    out = set()
+    for d in fn.decorators:
+        expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
+        if isinstance(expr, cst.Name):
+            out.add(expr.value)
+        elif isinstance(expr, cst.Attribute):
+            out.add(expr.attr.value)
+    return out
+
+
+def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    return {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
+
+
+def _assigns(cls: cst.ClassDef, name: str) -> bool:
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    for s in body:
+        if isinstance(s, cst.SimpleStatementLine):
+            for small in s.body:
+                if isinstance(small, cst.Assign) and any(
+                    isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets
+                ):
+                    return True
+    return False
+
+
+def function_classes(module: cst.Module) -> list[FunctionClass]:
+    """The module's top-level classes that define a staticmethod ``forward``."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    out = []
+    for stmt in module.body:
+        if not isinstance(stmt, cst.ClassDef):
+            continue
+        methods = _methods(stmt)
+        forward = methods.get("forward")
+        if forward is None or "staticmethod" not in _decorator_names(forward):
+            continue
+        first = forward.params.params[0].name.value if forward.params.params else ""
+        legacy = "setup_context" not in methods and first in ("ctx", "self", "context", "_ctx")
+        if "setup_context" not in methods and first and not legacy:
+            legacy = first.lower().endswith("ctx")
+        has_vmap = "vmap" in methods or _assigns(stmt, "generate_vmap_rule")
+        out.append(FunctionClass(stmt.name.value, positions[stmt].start.line, legacy, has_vmap))
+    return out
+
+
+# --- classifying forward's statements -------------------------------------------------------
+
+
+def _is_ctx_small(small: cst.BaseSmallStatement, ctx: str) -> bool:
+    """``ctx.save_for_backward(...)``, ``ctx.a = v``, ``setattr(ctx, ...)``, ``ctx.l.append(v)``."""
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        call = small.value
+        if root_name(call.func) == ctx and isinstance(call.func, cst.Attribute):
+            return True
+        if (
+            isinstance(call.func, cst.Name)
+            and call.func.value == "setattr"
+            and call.args
+            and isinstance(call.args[0].value, cst.Name)
+            and call.args[0].value.value == ctx
+        ):
+            return True
+        return False
+    if isinstance(small, cst.Assign):
+        return all(_rooted_at(t.target, ctx) for t in small.targets)
+    if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+        return _rooted_at(small.target, ctx)
+    return False
+
+
+def _rooted_at(target: cst.BaseExpression, ctx: str) -> bool:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return bool(target.elements) and all(_rooted_at(e.value, ctx) for e in target.elements)
+    return isinstance(target, (cst.Attribute, cst.Subscript)) and root_name(target) == ctx
+
+
+def _only_ctx(block: cst.BaseSuite | None, ctx: str) -> bool:
+    """Every statement of an ``if`` (and its elif/else) block does something to ctx only."""
+    if block is None:
+        return True
+    stmts = block.body if isinstance(block, cst.IndentedBlock) else (block,)
+    for s in stmts:
+        if isinstance(s, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            if not all(isinstance(x, cst.Pass) or _is_ctx_small(x, ctx) for x in s.body):
+                return False
+        elif isinstance(s, cst.If):
+            if not (_only_ctx(s.body, ctx) and _only_ctx_orelse(s.orelse, ctx)):
+                return False
+        else:
+            return False
+    return True
+
+
+def _only_ctx_orelse(orelse: cst.If | cst.Else | None, ctx: str) -> bool:
+    if orelse is None:
+        return True
+    if isinstance(orelse, cst.If):
+        return _only_ctx(orelse.body, ctx) and _only_ctx_orelse(orelse.orelse, ctx)
+    return _only_ctx(orelse.body, ctx)
+
+
+def is_ctx_statement(stmt: cst.BaseStatement, ctx: str) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(_is_ctx_small(s, ctx) for s in stmt.body)
+    if isinstance(stmt, cst.If):
+        return _only_ctx(stmt.body, ctx) and _only_ctx_orelse(stmt.orelse, ctx)
+    return False
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    return name in names_of(node).reads or name in names_of(node).binds
+
+
+class _Returns(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.returns: list[cst.Return] = []
+
+    def visit_Return(self, node: cst.Return) -> bool:
+        self.returns.append(node)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+def _cheap(expr: cst.BaseExpression) -> bool:
+    """Exact and cheap to evaluate again: names, constants, metadata, views, casts, arithmetic."""
+    if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Ellipsis)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return _cheap(expr.value)
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return all(_cheap(e.value) for e in expr.elements)
+    if isinstance(expr, cst.Subscript):
+        for el in expr.slice:
+            s = el.slice
+            if isinstance(s, cst.Index) and not _cheap(s.value):
+                return False
+            if isinstance(s, cst.Slice):
+                parts = (s.lower, s.upper, s.step)
+                if not all(p is None or _cheap(p) for p in parts):
+                    return False
+        return _cheap(expr.value)
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.MatrixMultiply):
+            return False
+        return _cheap(expr.left) and _cheap(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return _cheap(expr.expression)
+    if isinstance(expr, cst.BooleanOperation):
+        return _cheap(expr.left) and _cheap(expr.right)
+    if isinstance(expr, cst.Comparison):
+        return _cheap(expr.left) and all(_cheap(c.comparator) for c in expr.comparisons)
+    if isinstance(expr, cst.IfExp):
+        return _cheap(expr.test) and _cheap(expr.body) and _cheap(expr.orelse)
+    if isinstance(expr, cst.Call):
+        f = expr.func
+        name = f.attr.value if isinstance(f, cst.Attribute) else getattr(f, "value", None)
+        if name not in CHEAP_CALLS:
+            return False
+        if isinstance(f, cst.Attribute) and not _cheap(f.value):
+            return False
+        return all(_cheap(a.value) for a in expr.args)
+    return False
+
+
+def _recomputable(stmt: cst.BaseStatement) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, (cst.Import, cst.ImportFrom)):
+            return True
+        if isinstance(small, cst.Assign):
+            return all(_plain_target(t.target) for t in small.targets) and _cheap(small.value)
+        if isinstance(small, cst.AnnAssign) and small.value is not None:
+            return _plain_target(small.target) and _cheap(small.value)
+    return False
+
+
+def _plain_target(t: cst.BaseExpression) -> bool:
+    if isinstance(t, cst.Name):
+        return True
+    if isinstance(t, (cst.Tuple, cst.List)):
+        return all(_plain_target(e.value) for e in t.elements)
+    return False
+
+
+# --- the rewrite ----------------------------------------------------------------------------
+
+_PARAM = -1  # a definition that is forward's parameter
+
+
+@dataclass
+class _Plan:
+    ctx: str
+    params: list[str]
+    star: str | None
+    body: Sequence[cst.BaseStatement]
+    lines: list[int]
+    defs_before: list[dict[str, int]]
+    output_names: dict[tuple[str, int], int | None]  # (name, def) -> output index (None: whole)
+    needed: set[int] = field(default_factory=set)  # statements recomputed
+    bound: dict[int, list[tuple[str, int | None]]] = field(default_factory=dict)
+
+
+def _refuse(cls: str, line: int, what: str) -> Refused:
+    return Refused(f"{cls} (line {line}): {what}")
+
+
+def _forward_signature(
+    cls: str, fn: cst.FunctionDef, line: int
+) -> tuple[str, list[str], str | None]:
+    p = fn.params
+    if not p.params:
+        raise _refuse(cls, line, "forward has no ctx parameter")
+    if p.kwonly_params or isinstance(p.star_kwarg, cst.Param) or p.posonly_params:
+        raise _refuse(
+            cls, line, "forward takes keyword-only or **kwargs parameters, which apply() cannot "
+            "pass; not handled, migrate it by hand (docs/migrating.md)"
+        )  # fmt: skip
+    ctx = p.params[0].name.value
+    star = p.star_arg.name.value if isinstance(p.star_arg, cst.Param) else None
+    return ctx, [q.name.value for q in p.params[1:]], star
+
+
+def migrate_class(module: cst.Module, name: str) -> tuple[cst.Module, Migration]:
+    """The module with class ``name`` migrated, and what changed; Refused with one line."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    cls_node = next(
+        (s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name), None
+    )
+    if cls_node is None:
+        raise Refused(f"no top-level class {name} in the file")
+    cls_line = positions[cls_node].start.line
+    fn = _methods(cls_node).get("forward")
+    if fn is None:
+        raise _refuse(name, cls_line, "defines no forward")
+    ctx, params, star = _forward_signature(name, fn, positions[fn].start.line)
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise _refuse(name, positions[fn].start.line, "forward on one line: not handled")
+    body = list(fn.body.body)
+    lines = [positions[s].start.line for s in body]
+    plan = _analyse(name, ctx, params, star, body, lines, fn)
+    new_forward, setup = _build(module, plan, fn)
+    new_body = []
+    for s in cls_node.body.body:  # type: ignore[union-attr]
+        if s is fn:
+            new_body += [new_forward, setup]
+        else:
+            new_body.append(s)
+    new_cls = cls_node.with_changes(body=cls_node.body.with_changes(body=new_body))
+    new_module = module.with_changes(body=[new_cls if s is cls_node else s for s in module.body])
+    return new_module, _describe(name, cls_line, plan)
+
+
+def _analyse(
+    cls: str,
+    ctx: str,
+    params: list[str],
+    star: str | None,
+    body: list[cst.BaseStatement],
+    lines: list[int],
+    fn: cst.FunctionDef,
+) -> _Plan:
+    returns = _Returns()
+    fn.body.visit(returns)
+    last = body[-1] if body else None
+    final = (
+        last.body[0]
+        if isinstance(last, cst.SimpleStatementLine)
+        and len(last.body) == 1
+        and isinstance(last.body[0], cst.Return)
+        else None
+    )
+    if final is None or len(returns.returns) != 1:
+        where = lines[-1] if body else 0
+        raise _refuse(
+            cls, where, "forward must end in its only return statement (an early return inside "
+            "a block is not handled); give forward a single final return, then migrate"
+        )  # fmt: skip
+    defs: dict[str, int] = {p: _PARAM for p in [*params, *([star] if star else [])]}
+    defs_before: list[dict[str, int]] = []
+    for i, stmt in enumerate(body):
+        defs_before.append(dict(defs))
+        if i == len(body) - 1 or is_ctx_statement(stmt, ctx):
+            continue
+        if _mentions(stmt, ctx):
+            what = (
+                "forward reads ctx in its own computation"
+                if not isinstance(stmt, cst.SimpleStatementLine)
+                or not any(_is_ctx_small(s, ctx) for s in stmt.body)
+                else "a line mixes ctx work with forward's own (split it with one statement a line)"
+            )
+            raise _refuse(
+                cls, lines[i], f"{what}; not handled: move the ctx work to its own top-level "
+                "statements (or migrate by hand, docs/migrating.md)"
+            )  # fmt: skip
+        for n in names_of(stmt).binds:
+            defs[n] = i
+    value = final.value
+    if value is not None and _mentions(value, ctx):
+        raise _refuse(cls, lines[-1], "forward returns something read from ctx; not handled")
+    outputs: dict[tuple[str, int], int | None] = {}
+    at_return = defs_before[-1]
+    if isinstance(value, cst.Name) and value.value in at_return:
+        outputs[(value.value, at_return[value.value])] = None
+    elif isinstance(value, (cst.Tuple, cst.List)):
+        for k, el in enumerate(value.elements):
+            if isinstance(el, cst.StarredElement):
+                break
+            v = el.value
+            if isinstance(v, cst.Name) and v.value in at_return:
+                outputs.setdefault((v.value, at_return[v.value]), k)
+    plan = _Plan(ctx, params, star, body, lines, defs_before, outputs)
+    for i, stmt in enumerate(body[:-1]):
+        if is_ctx_statement(stmt, ctx):
+            for n in names_of(stmt).reads - {ctx}:
+                _need(cls, plan, n, defs_before[i].get(n), i)
+    return plan
+
+
+def _need(cls: str, plan: _Plan, name: str, d: int | None, at: int) -> None:
+    """Make ``name`` (as defined by ``d``) available in setup_context at statement ``at``."""
+    if d is None or d == _PARAM:
+        return  # a global, a builtin, or an input
+    if (name, d) in plan.output_names:
+        pair = (name, plan.output_names[(name, d)])
+        if pair not in plan.bound.setdefault(d, []):
+            plan.bound[d].append(pair)
+        return
+    if d in plan.needed:
+        return
+    stmt = plan.body[d]
+    mutated_later = any(
+        name in names_of(s).mutates
+        for s in plan.body[d + 1 : at]
+        if not is_ctx_statement(s, plan.ctx)
+    )
+    if not _recomputable(stmt) or mutated_later:
+        why = "changed in place after it is computed" if mutated_later else "not exact and cheap"
+        raise _refuse(
+            cls, plan.lines[d], f"forward's intermediate `{name}` is kept on ctx and cannot be "
+            f"recomputed in setup_context ({why}); either return it as an extra output marked "
+            "with ctx.mark_non_differentiable and read it from `output` in setup_context, or "
+            "recompute it in backward from the saved inputs"
+        )  # fmt: skip
+    plan.needed.add(d)
+    for n in names_of(stmt).reads:
+        _need(cls, plan, n, plan.defs_before[d].get(n), d)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _build(
+    module: cst.Module, plan: _Plan, fn: cst.FunctionDef
+) -> tuple[cst.FunctionDef, cst.FunctionDef]:
+    config = module.config_for_parsing
+    ctx = plan.ctx
+    taken = set(plan.params) | {plan.star or ""} | names_of(fn.body).binds | names_of(fn.body).reads
+    inputs = _fresh("inputs", taken)
+    output = _fresh("output", taken)
+    moved = [i for i, s in enumerate(plan.body[:-1]) if is_ctx_statement(s, ctx)]
+    keep = [s for i, s in enumerate(plan.body) if i not in moved]
+    first_left = keep[0] if keep else None
+    if moved and moved[0] == 0 and first_left is not None:
+        # The first statement went: the next one keeps no blank line at the block's start.
+        lead = [ln for ln in first_left.leading_lines if ln.comment is not None]
+        keep[0] = first_left.with_changes(leading_lines=lead)
+    new_params = fn.params.with_changes(params=fn.params.params[1:])
+    new_forward = fn.with_changes(params=new_params, body=fn.body.with_changes(body=keep))
+
+    unpack: list[str] = []
+    names = list(plan.params)
+    if plan.star:
+        names.append(f"*{plan.star}")
+    if names == [f"*{plan.star}"]:
+        unpack.append(f"{plan.star} = {inputs}")
+    elif len(names) == 1:
+        unpack.append(f"({names[0]},) = {inputs}")
+    elif names:
+        unpack.append(f"{', '.join(names)} = {inputs}")
+    stmts: list[cst.BaseStatement] = [cst.parse_statement(u + "\n", config) for u in unpack]
+    for i, s in enumerate(plan.body[:-1]):
+        if i in plan.needed:
+            stmts.append(s.with_changes(leading_lines=()))
+        for n, k in plan.bound.get(i, []):
+            ref = output if k is None else f"{output}[{k}]"
+            stmts.append(cst.parse_statement(f"{n} = {ref}\n", config))
+        if i in moved:
+            stmts.append(s)
+    if not stmts:
+        stmts.append(cst.parse_statement("pass\n", config))
+    if stmts and stmts[0].leading_lines and plan.params == [] and not plan.star:
+        stmts[0] = stmts[0].with_changes(
+            leading_lines=[ln for ln in stmts[0].leading_lines if ln.comment is not None]
+        )
+    template = cst.parse_statement(
+        f"@staticmethod\ndef setup_context({ctx}, {inputs}, {output}):\n    pass\n", config
+    )
+    assert isinstance(template, cst.FunctionDef)
+    setup = template.with_changes(
+        body=template.body.with_changes(body=stmts), leading_lines=[cst.EmptyLine(indent=False)]
+    )
+    return new_forward, setup
+
+
+def _describe(name: str, line: int, plan: _Plan) -> Migration:
+    inplace: list[int] = []
+    nondiff: list[int] = []
+    for stmt in plan.body[:-1]:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+                continue
+            f = small.value.func
+            if not isinstance(f, cst.Attribute) or root_name(f) != plan.ctx:
+                continue
+            for a in small.value.args:
+                if not isinstance(a.value, cst.Name):
+                    continue
+                n = a.value.value
+                if f.attr.value == "mark_dirty" and n in plan.params:
+                    inplace.append(plan.params.index(n))
+                if f.attr.value == "mark_non_differentiable":
+                    for (out_name, _), k in plan.output_names.items():
+                        if out_name == n and k is not None:
+                            nondiff.append(k)
+    recomputed = tuple(
+        (next(iter(names_of(plan.body[d]).binds), "?"), plan.lines[d]) for d in sorted(plan.needed)
+    )
+    return Migration(
+        name,
+        line,
+        inplace_args=tuple(sorted(set(inplace))),
+        nondiff_outputs=tuple(sorted(set(nondiff))),
+        recomputed=recomputed,
+    )
+
+
+def add_generated_rule(module: cst.Module, name: str) -> cst.Module:
+    """The module with ``generate_vmap_rule = True`` added to class ``name``, just above its
+    ``forward`` (the comments above forward stay with it)."""
+    config = module.config_for_parsing
+    out = []
+    for s in module.body:
+        if isinstance(s, cst.ClassDef) and s.name.value == name:
+            fn = _methods(s)["forward"]
+            rule = cst.parse_statement("generate_vmap_rule = True\n", config)
+            blank = [ln for ln in fn.leading_lines if ln.comment is None]
+            body = list(s.body.body)  # type: ignore[union-attr]
+            at = body.index(fn)
+            rule = rule.with_changes(leading_lines=blank if at else [])
+            comments = [ln for ln in fn.leading_lines if ln.comment is not None]
+            body[at : at + 1] = [
+                rule,
+                fn.with_changes(leading_lines=[cst.EmptyLine(indent=False), *comments]),
+            ]
+            s = s.with_changes(body=s.body.with_changes(body=body))
+        out.append(s)
+    return module.with_changes(body=out)
