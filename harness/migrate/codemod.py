@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -144,15 +145,13 @@ def _is_ctx_small(small: cst.BaseSmallStatement, ctx: str) -> bool:
         call = small.value
         if root_name(call.func) == ctx and isinstance(call.func, cst.Attribute):
             return True
-        if (
+        return (
             isinstance(call.func, cst.Name)
             and call.func.value == "setattr"
-            and call.args
+            and bool(call.args)
             and isinstance(call.args[0].value, cst.Name)
             and call.args[0].value.value == ctx
-        ):
-            return True
-        return False
+        )
     if isinstance(small, cst.Assign):
         return all(_rooted_at(t.target, ctx) for t in small.targets)
     if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
@@ -340,7 +339,7 @@ def migrate_class(module: cst.Module, name: str) -> tuple[cst.Module, Migration]
     lines = [positions[s].start.line for s in body]
     plan = _analyse(name, ctx, params, star, body, lines, fn)
     new_forward, setup = _build(module, plan, fn)
-    new_body = []
+    new_body: list[Any] = []
     for s in cls_node.body.body:  # type: ignore[union-attr]
         if s is fn:
             new_body += [new_forward, setup]
@@ -397,7 +396,11 @@ def _analyse(
             defs[n] = i
     value = final.value
     if value is not None and _mentions(value, ctx):
-        raise _refuse(cls, lines[-1], "forward returns something read from ctx; not handled")
+        raise _refuse(
+            cls,
+            lines[-1],
+            "forward reads ctx in what it returns; not handled: compute the value in forward and keep ctx for setup_context",
+        )
     outputs: dict[tuple[str, int], int | None] = {}
     at_return = defs_before[-1]
     if isinstance(value, cst.Name) and value.value in at_return:
@@ -467,7 +470,7 @@ def _build(
     first_left = keep[0] if keep else None
     if moved and moved[0] == 0 and first_left is not None:
         # The first statement went: the next one keeps no blank line at the block's start.
-        lead = [ln for ln in first_left.leading_lines if ln.comment is not None]
+        lead = [ln for ln in getattr(first_left, "leading_lines", ()) if ln.comment is not None]
         keep[0] = first_left.with_changes(leading_lines=lead)
     new_params = fn.params.with_changes(params=fn.params.params[1:])
     new_forward = fn.with_changes(params=new_params, body=fn.body.with_changes(body=keep))
@@ -482,6 +485,8 @@ def _build(
         unpack.append(f"({names[0]},) = {inputs}")
     elif names:
         unpack.append(f"{', '.join(names)} = {inputs}")
+    if not moved:
+        unpack = []  # forward kept nothing on ctx: setup_context has nothing to read
     stmts: list[cst.BaseStatement] = [cst.parse_statement(u + "\n", config) for u in unpack]
     for i, s in enumerate(plan.body[:-1]):
         if i in plan.needed:
@@ -493,10 +498,10 @@ def _build(
             stmts.append(s)
     if not stmts:
         stmts.append(cst.parse_statement("pass\n", config))
-    if stmts and stmts[0].leading_lines and plan.params == [] and not plan.star:
-        stmts[0] = stmts[0].with_changes(
-            leading_lines=[ln for ln in stmts[0].leading_lines if ln.comment is not None]
-        )
+    first: Any = stmts[0]
+    if first.leading_lines and not plan.params and not plan.star:
+        lead = [ln for ln in first.leading_lines if ln.comment is not None]
+        stmts[0] = first.with_changes(leading_lines=lead)
     template = cst.parse_statement(
         f"@staticmethod\ndef setup_context({ctx}, {inputs}, {output}):\n    pass\n", config
     )

@@ -135,11 +135,11 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> bool:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_"):
-            if not func.attr.value.startswith("_"):
-                root = root_name(func.value)
-                if root is not None:
-                    self.mutates.add(root)  # x.add_(1), x.grad.zero_()
+        attr = func.attr.value if isinstance(func, cst.Attribute) else ""
+        if attr.endswith("_") and not attr.startswith("_"):
+            root = root_name(func.value)  # type: ignore[attr-defined]
+            if root is not None:
+                self.mutates.add(root)  # x.add_(1), x.grad.zero_()
         for a in node.args:
             if a.keyword is not None and a.keyword.value == "out":
                 root = root_name(a.value)

@@ -6,6 +6,7 @@ everything verified) write the files named, each atomically.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import tempfile
@@ -162,11 +163,14 @@ def _migrate_file(
             module, migrations[fc.name] = migrate_class(module, fc.name)
         except Refused as e:
             outcomes[fc.name] = ClassOutcome(fc.name, REFUSED, f"refused: {e}")
-    samples = {name: _samples(src, mod, name, settings) for name in migrations}
-    for name, s in samples.items():
-        if s is None:
+    samples: dict[str, list[Any]] = {}
+    for name in migrations:
+        got = _samples(src, mod, name, settings)
+        if got is None:
             outcomes[name] = ClassOutcome(name, REFUSED, f"refused: {name}: {NO_SAMPLES}")
-    todo = [n for n in migrations if samples[n] is not None]
+        else:
+            samples[name] = got
+    todo = [n for n in migrations if n in samples]
     module = start  # only the classes that will be verified are rewritten
     for name in todo:
         module = migrate_class(module, name)[0]
@@ -380,8 +384,6 @@ def _write(f: FileOutcome) -> FileOutcome:
         raise UsageError(f"{f.source.label}: cannot write ({describe_exception(e)})") from None
     finally:
         if tmp:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
     return replace(f, written=True)

@@ -99,7 +99,9 @@ def _trace(cls: Any, args: Sequence[Any], dtype: torch.dtype | None) -> _Trace:
         tr.double_error = "its backward's result does not require grad"
         return tr
     try:
-        total = sum((g * _randn_like(g, gen)).sum() for g in live)
+        total = (live[0] * _randn_like(live[0], gen)).sum()
+        for g in live[1:]:
+            total = total + (g * _randn_like(g, gen)).sum()
         second = torch.autograd.grad(total, wrt, allow_unused=True)
     except Exception as e:
         tr.double_error = describe_exception(e)

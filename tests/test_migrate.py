@@ -1,0 +1,424 @@
+"""``afdb migrate``: each legacy Function of tests/migrate_functions.py migrates (or is refused)
+as expected and verifies; a planted wrong migration is caught; bytes outside the class are
+kept; ``--write`` is atomic and writes only the file named; exit statuses."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cli.main import main
+from harness.core.errors import UsageError
+from harness.migrate import codemod, run
+from harness.migrate.run import DIFFERS, MIGRATED, NEW_STYLE, REFUSED, Settings, migrate
+from harness.migrate.verify import verify
+
+FIXTURE = Path(__file__).with_name("migrate_functions.py")
+
+#: class -> its samples function, for every legacy class that must migrate and verify.
+MIGRATES = {
+    "MulSavesInputs": "pair_samples",
+    "ExpSavesOutput": "one_samples",
+    "ScaledPow": "pow_samples",
+    "BroadcastAdd": "broadcast_samples",
+    "SortWithIndices": "sort_samples",
+    "InplaceScale": "one_samples",
+    "CubeOnce": "one_samples",
+    "LinearNeedsInputGrad": "linear_samples",
+    "ReluMask": "one_samples",
+    "NumpySin": "one_samples",
+    "StraightThroughSign": "away_samples",
+    "WeightedStack": "stack_samples",
+}
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """A copy of the fixture file, under a name of its own (never the repository's file)."""
+    path = tmp_path / "legacy_fns.py"
+    shutil.copyfile(FIXTURE, path)
+    return path
+
+
+def _run(path: Path, cls: str, samples: str | None = None, **kw: object) -> run.FileOutcome:
+    settings = Settings(
+        samples=f"{path}:{samples or MIGRATES[cls]}", func_checks=kw.pop("func_checks", ()), **kw
+    )  # type: ignore[arg-type]
+    (outcome,) = migrate(f"{path}:{cls}", settings)
+    return outcome
+
+
+def _class_span(text: str, cls: str) -> tuple[int, int]:
+    """Character offsets of the class statement (to its last line) in the source."""
+    start = text.index(f"\nclass {cls}(") + 1
+    nxt = re.compile(r"^\S", re.M).search(text, text.index("\n", start) + 1)
+    end = nxt.start() if nxt else len(text)
+    return start, end
+
+
+@pytest.mark.parametrize("cls", sorted(MIGRATES))
+def test_each_legacy_function_migrates_and_verifies(copy: Path, cls: str) -> None:
+    out = _run(copy, cls)
+    (c,) = out.classes
+    assert c.status == MIGRATED, c.message
+    assert c.verdict is not None and c.verdict.ok and c.verdict.compared >= 4
+    new = out.rewritten.decode()
+    old = out.original.decode()
+    assert "def setup_context(ctx, inputs, output):" in new[slice(*_class_span(new, cls))]
+    assert re.search(r"def forward\((?!ctx)", new[slice(*_class_span(new, cls))])
+    # Byte for byte outside the class.
+    s_old, e_old = _class_span(old, cls)
+    s_new, e_new = _class_span(new, cls)
+    assert old[:s_old] == new[:s_new] and old[e_old:] == new[e_new:]
+    assert copy.read_bytes() == out.original  # not written without write=True
+
+
+def test_what_moves_where(copy: Path) -> None:
+    """Outputs are read from `output`, inputs from `inputs`, intermediates recomputed."""
+    sort = _run(copy, "SortWithIndices").rewritten.decode()
+    body = sort[slice(*_class_span(sort, "SortWithIndices"))]
+    assert "x, dim = inputs" in body and "indices = output[1]" in body
+    assert body.index("return values, indices") < body.index("def setup_context")
+    relu = _run(copy, "ReluMask")
+    (c,) = relu.classes
+    assert c.migration is not None and [n for n, _ in c.migration.recomputed] == ["x", "mask"]
+    inplace = _run(copy, "InplaceScale").classes[0]
+    assert inplace.migration is not None and inplace.migration.inplace_args == (0,)
+    assert _run(copy, "SortWithIndices").classes[0].migration.nondiff_outputs == (1,)  # type: ignore[union-attr]
+    stack = _run(copy, "WeightedStack").rewritten.decode()
+    assert "def forward(*xs):" in stack and "        xs = inputs\n" in stack
+
+
+def test_non_recomputable_intermediate_is_refused_with_the_two_options(copy: Path) -> None:
+    (c,) = _run(copy, "DropoutMask", samples="one_samples").classes
+    assert c.status == REFUSED
+    assert "`keep`" in c.message and "mark_non_differentiable" in c.message
+    assert "recompute it in backward" in c.message and "\n" not in c.message
+    line = (
+        copy.read_text()
+        .splitlines()
+        .index("        keep = (torch.rand_like(x) > 0.5).to(x.dtype) * 2.0")
+    )
+    assert f"(line {line + 1})" in c.message
+
+
+def test_already_new_style_says_so(copy: Path) -> None:
+    out = _run(copy, "AlreadyNew", samples="one_samples")
+    assert [c.status for c in out.classes] == [NEW_STYLE]
+    assert out.rewritten == out.original and run.exit_status([out]) == 0
+
+
+def _ruff() -> str:
+    exe = shutil.which("ruff", path=os.path.dirname(sys.executable)) or shutil.which("ruff")
+    if exe is None:
+        pytest.skip("ruff is not installed")
+    return exe
+
+
+def test_migrated_file_passes_ruff_format(copy: Path) -> None:
+    ruff = _ruff()
+    check = [ruff, "format", "--check", "--line-length", "100", "--quiet", str(copy)]
+    assert subprocess.run(check).returncode == 0  # the original is formatted
+    for cls in MIGRATES:
+        out = _run(copy, cls, write=True)
+        assert out.written, cls
+    text = copy.read_text()
+    assert text.count("def setup_context(") == len(MIGRATES) + 1  # + AlreadyNew's
+    assert subprocess.run(check).returncode == 0, subprocess.run(
+        [*check[:2], "--diff", *check[3:]], capture_output=True, text=True
+    ).stdout
+
+
+def test_generated_vmap_rule_kept_when_the_vmap_checks_pass(copy: Path) -> None:
+    (c,) = (out := _run(copy, "MulSavesInputs", generate_vmap=True)).classes
+    assert c.status == MIGRATED and c.vmap.startswith("generate_vmap_rule = True added"), c.vmap
+    body = out.rewritten.decode()[slice(*_class_span(out.rewritten.decode(), "MulSavesInputs"))]
+    assert "    generate_vmap_rule = True\n" in body
+
+
+def test_numpy_forward_gets_no_generated_rule_and_the_line_named(copy: Path) -> None:
+    out = _run(copy, "NumpySin", generate_vmap=True)
+    (c,) = out.classes
+    assert c.status == MIGRATED
+    assert (
+        "generate_vmap_rule = True not kept" in c.vmap and "a vmap staticmethod is needed" in c.vmap
+    )
+    line = copy.read_text().splitlines().index("        y = np.sin(x.detach().cpu().numpy())") + 1
+    assert f"line {line} `y = np.sin(x.detach().cpu().numpy())` (numpy)" in c.vmap
+    assert (
+        b"generate_vmap_rule"
+        not in out.rewritten[slice(*_class_span(out.rewritten.decode(), "NumpySin"))]
+    )
+
+
+# --- the verification catches a wrong migration -------------------------------------------------
+
+
+def _planted(monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
+    """The codemod, with one planted mistake in what it writes."""
+    real = codemod.migrate_class
+
+    def wrong(module, name):  # type: ignore[no-untyped-def]
+        m, info = real(module, name)
+        code = m.code
+        assert old in code, old
+        return codemod.parse(code.replace(old, new), "planted"), info
+
+    monkeypatch.setattr(run, "migrate_class", wrong)
+
+
+def test_planted_dropped_saved_tensor_is_caught(
+    copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _planted(monkeypatch, "ctx.save_for_backward(x, weight)", "ctx.save_for_backward(x)")
+    out = _run(copy, "LinearNeedsInputGrad", write=True)
+    (c,) = out.classes
+    assert c.status == DIFFERS and "backward raises ValueError" in c.message
+    assert not out.written and copy.read_bytes() == out.original  # nothing written
+    assert run.exit_status([out]) == 1
+
+
+def test_planted_silent_wrong_save_is_caught(copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The input saved where the original saves its output: no error, wrong gradients."""
+    _planted(monkeypatch, "result = output\n", "result = x\n")
+    (c,) = _run(copy, "ExpSavesOutput").classes
+    assert c.status == DIFFERS and "gradient of input 0" in c.message
+
+
+def test_planted_lost_mark_non_differentiable_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A float output the original marks non-differentiable: losing the mark is a difference."""
+    path = tmp_path / "clamp.py"
+    path.write_text(
+        "import torch\n\n\nclass ClampWithMask(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        inside = (x.abs() < 1).to(x.dtype)\n"
+        "        ctx.mark_non_differentiable(inside)\n        ctx.save_for_backward(inside)\n"
+        "        return x.clamp(-1, 1), inside\n\n"
+        "    @staticmethod\n    def backward(ctx, g, g_inside):\n        (inside,) = ctx.saved_tensors\n"
+        "        return g * inside\n\n\n"
+        "def samples():\n    return [(2 * torch.randn(6, generator=torch.Generator().manual_seed(0)),)]\n"
+    )
+    (c,) = _run(path, "ClampWithMask", samples="samples").classes
+    assert c.status == MIGRATED, c.message  # the correct twin
+    _planted(monkeypatch, "        ctx.mark_non_differentiable(inside)\n", "")
+    (c,) = _run(path, "ClampWithMask", samples="samples").classes
+    assert c.status == DIFFERS and "mark_non_differentiable" in c.message
+
+
+def test_force_writes_a_migration_that_differs(copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _planted(monkeypatch, "result = output\n", "result = x\n")
+    out = _run(copy, "ExpSavesOutput", write=True, force=True)
+    assert out.written and copy.read_bytes() == out.rewritten != out.original
+
+
+def test_verify_against_hand_written_twins() -> None:
+    """The comparison itself: a correct new-style twin passes, one with a dropped factor fails."""
+    from tests import migrate_functions as mf
+
+    class Good(torch.autograd.Function):
+        @staticmethod
+        def forward(x, y):
+            return x * y
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, y = ctx.saved_tensors
+            return grad * y, grad * x
+
+    class Bad(Good):
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0], inputs[0])  # y dropped, x saved twice
+
+    samples = mf.pair_samples()
+    good = verify(mf.MulSavesInputs, Good, samples)
+    assert good.ok and good.double_backward == 2
+    bad = verify(mf.MulSavesInputs, Bad, samples)
+    assert not bad.ok and any("gradient of input 0" in d for d in bad.differences)
+
+
+# --- refusals of constructs it does not handle ----------------------------------------------------
+
+CONSTRUCTS = {
+    "early return": (
+        "        if x.dim() == 0:\n            return x\n        ctx.save_for_backward(x)\n"
+        "        return x * 2\n",
+        "single final return",
+    ),
+    "ctx read in forward": (
+        "        ctx.scale = 2.0\n        return x * ctx.scale\n",
+        "forward reads ctx",
+    ),
+    "ctx passed on": ("        return helper(ctx, x)\n", "forward reads ctx"),
+    "mixed line": ("        ctx.k = 2; y = x * 2\n        return y\n", "mixes ctx work"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CONSTRUCTS))
+def test_unhandled_constructs_are_refused_in_one_line(tmp_path: Path, what: str) -> None:
+    body, words = CONSTRUCTS[what]
+    src = (
+        "import torch\n\n\ndef helper(ctx, x):\n    return x\n\n\n"
+        "class F(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+        f"{body}\n    @staticmethod\n    def backward(ctx, g):\n        return g\n\n\n"
+        "def samples():\n    return [(torch.ones(3),)]\n"
+    )
+    path = tmp_path / "construct.py"
+    path.write_text(src)
+    out = _run(path, "F", samples="samples")
+    (c,) = out.classes
+    assert c.status == REFUSED and words in c.message and "\n" not in c.message, c.message
+    assert out.rewritten == out.original
+
+
+# --- targets, packages, --write ----------------------------------------------------------------
+
+
+def _package(tmp_path: Path) -> Path:
+    pkg = tmp_path / "mig_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "consts.py").write_text("FACTOR = 3.0\n")
+    (pkg / "ops.py").write_text(
+        "import torch\n\nfrom .consts import FACTOR\n\n\n"
+        "class Triple(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        ctx.save_for_backward(x)\n"
+        "        return x * FACTOR\n\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n"
+        "        return g * FACTOR\n\n\n"
+        "def samples():\n    return [(torch.randn(3, generator=torch.Generator().manual_seed(0)),)]\n"
+    )
+    return pkg
+
+
+def test_file_in_a_package_with_relative_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pkg = _package(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = Settings(samples="mig_pkg.ops:samples", func_checks=(), write=True)
+    (out,) = migrate("mig_pkg.ops:Triple", settings)
+    assert out.classes[0].status == MIGRATED, out.classes[0].message
+    assert out.written and "def setup_context" in (pkg / "ops.py").read_text()
+    assert (pkg / "consts.py").read_text() == "FACTOR = 3.0\n"
+    assert sorted(p.name for p in pkg.iterdir() if p.is_file()) == [
+        "__init__.py",
+        "consts.py",
+        "ops.py",
+    ]
+    for name in [m for m in sys.modules if m.startswith("mig_pkg")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_write_replaces_only_the_named_file_atomically(
+    copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = copy.with_name("neighbour.py")
+    other.write_text("x = 1\n")
+    os.chmod(copy, 0o640)
+    before = {p.name: p.read_bytes() for p in copy.parent.iterdir()}
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run.os, "replace", broken_replace)
+    with pytest.raises(UsageError, match="cannot write"):
+        _run(copy, "MulSavesInputs", write=True)
+    assert {p.name: p.read_bytes() for p in copy.parent.iterdir()} == before  # no temp file left
+    monkeypatch.undo()
+    out = _run(copy, "MulSavesInputs", write=True)
+    assert out.written and copy.read_bytes() == out.rewritten
+    assert other.read_text() == "x = 1\n" and os.stat(copy).st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in copy.parent.iterdir()) == sorted(before)
+
+
+# --- the command line and its exit statuses ----------------------------------------------------
+
+
+def test_cli_exit_statuses(copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = f"--samples={copy}:one_samples"
+    assert main(["migrate", f"{copy}:ExpSavesOutput", s, "--checks", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "+    def setup_context(ctx, inputs, output):" in out and "pass --write" in out
+    assert main(["migrate", f"{copy}:DropoutMask", s, "--checks", "none"]) == 2
+    assert "refused: DropoutMask" in capsys.readouterr().out
+    assert main(["migrate", f"{copy}:AlreadyNew", s, "--checks", "none"]) == 0
+    assert "already new-style" in capsys.readouterr().out
+    assert main(["migrate", f"{copy}:pair_samples", s]) == 2
+    assert "not a torch.autograd.Function" in capsys.readouterr().err
+    assert main(["migrate", f"{copy}:ExpSavesOutput", "--checks", "none"]) == 2
+    assert "no samples to verify" in capsys.readouterr().out
+    bad = copy.with_name("broken.py")
+    bad.write_text("class F(:\n")
+    assert main(["migrate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "does not parse" in err and len(err.strip().splitlines()) == 1
+    assert main(["migrate", f"{copy}:ExpSavesOutput", s, "--force"]) == 2  # --force needs --write
+    assert str(copy.parent) not in capsys.readouterr().out
+
+
+def test_cli_difference_exits_1_and_writes_nothing(
+    copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _planted(monkeypatch, "result = output\n", "result = x\n")
+    before = copy.read_bytes()
+    code = main(["migrate", f"{copy}:ExpSavesOutput", f"--samples={copy}:one_samples", "--write"])
+    out = capsys.readouterr().out
+    assert code == 1 and copy.read_bytes() == before
+    assert "differs from the original" in out and "nothing written" in out and "+++ b/" in out
+
+
+def test_cli_runs_the_torch_func_checks_on_the_migrated_class(
+    copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "migrate",
+            f"{copy}:MulSavesInputs",
+            f"--samples={copy}:pair_samples",
+            "--vmap",
+            "generate",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "generate_vmap_rule = True added" in out
+    assert "torch.func checks on the migrated MulSavesInputs" in out
+    assert re.search(r"ok   vmap_nested +\d+ pass", out) and "PASS:" in out
+
+
+def test_whole_file_migrates_every_legacy_class(tmp_path: Path) -> None:
+    path = tmp_path / "two.py"
+    path.write_text(
+        "import torch\n\n\ndef _s():\n    return [(torch.randn(3, generator=torch.Generator().manual_seed(0)),)]\n"
+        "\n\nclass A(torch.autograd.Function):\n    samples = staticmethod(_s)\n\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        ctx.save_for_backward(x)\n        return x * x\n\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n        return 2 * g * x\n\n\n"
+        "class B(torch.autograd.Function):\n    samples = staticmethod(_s)\n\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        return x + 1\n\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        return g\n"
+    )
+    (out,) = migrate(str(path), Settings(func_checks=()))
+    assert [(c.name, c.status) for c in out.classes] == [("A", MIGRATED), ("B", MIGRATED)]
+    assert out.rewritten.decode().count("def setup_context") == 2
+
+
+def test_the_legacy_note_points_to_the_migration() -> None:
+    from harness.api import LEGACY_NOTE
+    from harness.checks.catalogue import LEGACY_FIX
+
+    assert "afdb migrate" in LEGACY_NOTE and "docs/migrating.md" in LEGACY_NOTE
+    assert "afdb migrate" in LEGACY_FIX
