@@ -281,6 +281,30 @@ class WeightedStack(Function):
         return tuple(grad[i] * 2.0 for i in range(ctx.n))
 
 
+# --- classmethods (entmax's style) ------------------------------------------------------------
+
+
+class ClassmethodSoftSquare(Function):
+    @classmethod
+    def _square(cls, x):
+        return x * x
+
+    @classmethod
+    def forward(cls, ctx, x, dim=-1):
+        ctx.dim = dim
+        y = cls._square(x)
+        ctx.save_for_backward(x)
+        return y / (1 + y.sum(dim=dim, keepdim=True))
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        (x,) = ctx.saved_tensors
+        y = cls._square(x)
+        s = 1 + y.sum(dim=ctx.dim, keepdim=True)
+        gy = grad / s - (grad * y).sum(dim=ctx.dim, keepdim=True) / s**2
+        return 2 * x * gy, None
+
+
 # --- already new-style -------------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ MIGRATES = {
     "NumpySin": "one_samples",
     "StraightThroughSign": "away_samples",
     "WeightedStack": "stack_samples",
+    "ClassmethodSoftSquare": "one_samples",
 }
 
 
@@ -71,7 +72,9 @@ def test_each_legacy_function_migrates_and_verifies(copy: Path, cls: str) -> Non
     assert c.verdict is not None and c.verdict.ok and c.verdict.compared >= 4
     new = out.rewritten.decode()
     old = out.original.decode()
-    assert "def setup_context(ctx, inputs, output):" in new[slice(*_class_span(new, cls))]
+    assert re.search(
+        r"def setup_context\((cls, )?ctx, inputs, output\):", new[slice(*_class_span(new, cls))]
+    )
     assert re.search(r"def forward\((?!ctx)", new[slice(*_class_span(new, cls))])
     # Byte for byte outside the class.
     s_old, e_old = _class_span(old, cls)
@@ -92,6 +95,9 @@ def test_what_moves_where(copy: Path) -> None:
     inplace = _run(copy, "InplaceScale").classes[0]
     assert inplace.migration is not None and inplace.migration.inplace_args == (0,)
     assert _run(copy, "SortWithIndices").classes[0].migration.nondiff_outputs == (1,)  # type: ignore[union-attr]
+    cm = _run(copy, "ClassmethodSoftSquare").rewritten.decode()
+    assert "    @classmethod\n    def forward(cls, x, dim=-1):" in cm
+    assert "    @classmethod\n    def setup_context(cls, ctx, inputs, output):" in cm
     stack = _run(copy, "WeightedStack").rewritten.decode()
     assert "def forward(*xs):" in stack and "        xs = inputs\n" in stack
 
@@ -261,8 +267,13 @@ CONSTRUCTS = {
         "        ctx.scale = 2.0\n        return x * ctx.scale\n",
         "forward reads ctx",
     ),
-    "ctx passed on": ("        return helper(ctx, x)\n", "forward reads ctx"),
+    "ctx passed on": ("        return helper(ctx, x)\n", "forward passes ctx to another function"),
+    "ctx in a loop": (
+        "        for i in range(2):\n            ctx.k = i\n            x = x * 2\n        return x\n",
+        "inside a `for` block",
+    ),
     "mixed line": ("        ctx.k = 2; y = x * 2\n        return y\n", "mixes ctx work"),
+    "kwargs": ("        return x\n", "keyword-only or **kwargs"),
 }
 
 
@@ -271,7 +282,8 @@ def test_unhandled_constructs_are_refused_in_one_line(tmp_path: Path, what: str)
     body, words = CONSTRUCTS[what]
     src = (
         "import torch\n\n\ndef helper(ctx, x):\n    return x\n\n\n"
-        "class F(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+        "class F(torch.autograd.Function):\n    @staticmethod\n"
+        f"    def forward(ctx, x{', **kw' if what == 'kwargs' else ''}):\n"
         f"{body}\n    @staticmethod\n    def backward(ctx, g):\n        return g\n\n\n"
         "def samples():\n    return [(torch.ones(3),)]\n"
     )

@@ -125,9 +125,12 @@ def function_classes(module: cst.Module) -> list[FunctionClass]:
             continue
         methods = _methods(stmt)
         forward = methods.get("forward")
-        if forward is None or "staticmethod" not in _decorator_names(forward):
+        kind = _decorator_names(forward) & {"staticmethod", "classmethod"} if forward else set()
+        if forward is None or not kind:
             continue
-        first = forward.params.params[0].name.value if forward.params.params else ""
+        skip = 1 if "classmethod" in kind else 0  # forward(cls, ctx, ...)
+        given = forward.params.params
+        first = given[skip].name.value if len(given) > skip else ""
         legacy = "setup_context" not in methods and first in ("ctx", "self", "context", "_ctx")
         if "setup_context" not in methods and first and not legacy:
             legacy = first.lower().endswith("ctx")
@@ -220,6 +223,27 @@ class _Returns(cst.CSTVisitor):
         return False
 
 
+_PASSES = (
+    "forward passes ctx to another function (a helper, super().forward); migrate that one "
+    "first so that it takes no ctx"
+)
+
+
+def _passes(node: cst.CSTNode, ctx: str) -> bool:
+    """Whether ``ctx`` itself is an argument of a call in ``node``."""
+
+    class V(cst.CSTVisitor):
+        hit = False
+
+        def visit_Arg(self, arg: cst.Arg) -> bool:
+            if isinstance(arg.value, cst.Name) and arg.value.value == ctx:
+                V.hit = True
+            return True
+
+    node.visit(V())
+    return V.hit
+
+
 def _cheap(expr: cst.BaseExpression) -> bool:
     """Exact and cheap to evaluate again: names, constants, metadata, views, casts, arithmetic."""
     if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Ellipsis)):
@@ -297,6 +321,7 @@ class _Plan:
     output_names: dict[tuple[str, int], int | None]  # (name, def) -> output index (None: whole)
     needed: set[int] = field(default_factory=set)  # statements recomputed
     bound: dict[int, list[tuple[str, int | None]]] = field(default_factory=dict)
+    owner: str | None = None  # cls, for a classmethod forward
 
 
 def _refuse(cls: str, line: int, what: str) -> Refused:
@@ -305,18 +330,21 @@ def _refuse(cls: str, line: int, what: str) -> Refused:
 
 def _forward_signature(
     cls: str, fn: cst.FunctionDef, line: int
-) -> tuple[str, list[str], str | None]:
+) -> tuple[str, list[str], str | None, str | None]:
+    """ctx's name, the inputs' names, the *args name, and cls's for a classmethod forward."""
     p = fn.params
-    if not p.params:
+    skip = 1 if "classmethod" in _decorator_names(fn) else 0
+    if len(p.params) <= skip:
         raise _refuse(cls, line, "forward has no ctx parameter")
     if p.kwonly_params or isinstance(p.star_kwarg, cst.Param) or p.posonly_params:
         raise _refuse(
             cls, line, "forward takes keyword-only or **kwargs parameters, which apply() cannot "
             "pass; not handled, migrate it by hand (docs/migrating.md)"
         )  # fmt: skip
-    ctx = p.params[0].name.value
+    ctx = p.params[skip].name.value
     star = p.star_arg.name.value if isinstance(p.star_arg, cst.Param) else None
-    return ctx, [q.name.value for q in p.params[1:]], star
+    owner = p.params[0].name.value if skip else None
+    return ctx, [q.name.value for q in p.params[skip + 1 :]], star, owner
 
 
 def migrate_class(module: cst.Module, name: str) -> tuple[cst.Module, Migration]:
@@ -332,12 +360,13 @@ def migrate_class(module: cst.Module, name: str) -> tuple[cst.Module, Migration]
     fn = _methods(cls_node).get("forward")
     if fn is None:
         raise _refuse(name, cls_line, "defines no forward")
-    ctx, params, star = _forward_signature(name, fn, positions[fn].start.line)
+    ctx, params, star, owner = _forward_signature(name, fn, positions[fn].start.line)
     if not isinstance(fn.body, cst.IndentedBlock):
         raise _refuse(name, positions[fn].start.line, "forward on one line: not handled")
     body = list(fn.body.body)
     lines = [positions[s].start.line for s in body]
     plan = _analyse(name, ctx, params, star, body, lines, fn)
+    plan.owner = owner
     new_forward, setup = _build(module, plan, fn)
     new_body: list[Any] = []
     for s in cls_node.body.body:  # type: ignore[union-attr]
@@ -375,31 +404,38 @@ def _analyse(
             cls, where, "forward must end in its only return statement (an early return inside "
             "a block is not handled); give forward a single final return, then migrate"
         )  # fmt: skip
-    defs: dict[str, int] = {p: _PARAM for p in [*params, *([star] if star else [])]}
+    first = fn.params.params[0].name.value
+    owner = [first] if first != ctx else []  # cls of a classmethod: the same in setup_context
+    defs: dict[str, int] = {p: _PARAM for p in [*owner, *params, *([star] if star else [])]}
     defs_before: list[dict[str, int]] = []
     for i, stmt in enumerate(body):
         defs_before.append(dict(defs))
         if i == len(body) - 1 or is_ctx_statement(stmt, ctx):
             continue
         if _mentions(stmt, ctx):
-            what = (
-                "forward reads ctx in its own computation"
-                if not isinstance(stmt, cst.SimpleStatementLine)
-                or not any(_is_ctx_small(s, ctx) for s in stmt.body)
-                else "a line mixes ctx work with forward's own (split it with one statement a line)"
-            )
+            if isinstance(stmt, cst.SimpleStatementLine) and any(
+                _is_ctx_small(s, ctx) for s in stmt.body
+            ):
+                what = "a line mixes ctx work with forward's own; put each on its own line"
+            elif _passes(stmt, ctx):
+                what = _PASSES
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                what = "forward reads ctx in its own computation; compute the value without ctx"
+            else:
+                what = (
+                    f"forward uses ctx inside a `{type(stmt).__name__.lower()}` block with other "
+                    "work; move the ctx work out of it, to its own top-level statements"
+                )
             raise _refuse(
-                cls, lines[i], f"{what}; not handled: move the ctx work to its own top-level "
-                "statements (or migrate by hand, docs/migrating.md)"
-            )  # fmt: skip
+                cls, lines[i], f"not handled: {what} (or migrate by hand, docs/migrating.md)"
+            )
         for n in names_of(stmt).binds:
             defs[n] = i
     value = final.value
     if value is not None and _mentions(value, ctx):
+        what = _PASSES if _passes(value, ctx) else "forward reads ctx in what it returns"
         raise _refuse(
-            cls,
-            lines[-1],
-            "forward reads ctx in what it returns; not handled: compute the value in forward and keep ctx for setup_context",
+            cls, lines[-1], f"not handled: {what} (or migrate by hand, docs/migrating.md)"
         )
     outputs: dict[tuple[str, int], int | None] = {}
     at_return = defs_before[-1]
@@ -472,7 +508,9 @@ def _build(
         # The first statement went: the next one keeps no blank line at the block's start.
         lead = [ln for ln in getattr(first_left, "leading_lines", ()) if ln.comment is not None]
         keep[0] = first_left.with_changes(leading_lines=lead)
-    new_params = fn.params.with_changes(params=fn.params.params[1:])
+    given = fn.params.params
+    skip = 1 if plan.owner else 0
+    new_params = fn.params.with_changes(params=[*given[:skip], *given[skip + 1 :]])
     new_forward = fn.with_changes(params=new_params, body=fn.body.with_changes(body=keep))
 
     unpack: list[str] = []
@@ -503,7 +541,10 @@ def _build(
         lead = [ln for ln in first.leading_lines if ln.comment is not None]
         stmts[0] = first.with_changes(leading_lines=lead)
     template = cst.parse_statement(
-        f"@staticmethod\ndef setup_context({ctx}, {inputs}, {output}):\n    pass\n", config
+        f"@staticmethod\ndef setup_context({ctx}, {inputs}, {output}):\n    pass\n"
+        if plan.owner is None
+        else f"@classmethod\ndef setup_context({plan.owner}, {ctx}, {inputs}, {output}):\n    pass\n",
+        config,
     )
     assert isinstance(template, cst.FunctionDef)
     setup = template.with_changes(
