@@ -281,6 +281,27 @@ class WeightedStack(Function):
         return tuple(grad[i] * 2.0 for i in range(ctx.n))
 
 
+# --- saves only when the input requires grad (spikingjelly's style) -------------------------------
+
+
+class SurrogateSpike(Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        if x.requires_grad:
+            ctx.save_for_backward(x)
+            ctx.alpha = alpha
+        return (x >= 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ctx.alpha / (1 + (ctx.alpha * x) ** 2), None
+
+
+def spike_samples():
+    return [(away_samples()[0][0], 2.0)]
+
+
 # --- classmethods (entmax's style) ------------------------------------------------------------
 
 

@@ -37,6 +37,7 @@ MIGRATES = {
     "StraightThroughSign": "away_samples",
     "WeightedStack": "stack_samples",
     "ClassmethodSoftSquare": "one_samples",
+    "SurrogateSpike": "spike_samples",
 }
 
 
@@ -100,6 +101,39 @@ def test_what_moves_where(copy: Path) -> None:
     assert "    @classmethod\n    def setup_context(cls, ctx, inputs, output):" in cm
     stack = _run(copy, "WeightedStack").rewritten.decode()
     assert "def forward(*xs):" in stack and "        xs = inputs\n" in stack
+
+
+def test_requires_grad_of_an_input_becomes_needs_input_grad(copy: Path) -> None:
+    """Under torch.func setup_context sees unwrapped inputs (requires_grad False): the
+    rewritten test works there, the literal one saves nothing and backward fails."""
+    out = _run(
+        copy,
+        "SurrogateSpike",
+        generate_vmap=True,
+        func_checks=("grad_of_vmap",),
+        check_options={"gradient": "custom"},
+    )
+    (c,) = out.classes
+    body = out.rewritten.decode()[slice(*_class_span(out.rewritten.decode(), "SurrogateSpike"))]
+    assert "        if ctx.needs_input_grad[0]:\n" in body and "x.requires_grad" not in body
+    assert c.status == MIGRATED and c.checks is not None
+    assert {r.status for r in c.checks.cases} == {"pass"}, [r.message for r in c.checks.cases]
+    literal = copy.with_name("literal.py")
+    literal.write_bytes(
+        out.rewritten.replace(b"if ctx.needs_input_grad[0]:", b"if x.requires_grad:")
+    )
+    from harness import check
+    from harness.targets import import_module
+
+    cls = import_module(str(literal), "literal").SurrogateSpike
+    twins = check(cls, _samples("spike_samples"), checks=["grad_of_vmap"], gradient="custom").cases
+    assert twins and {t.status for t in twins} == {"error"}, [t.message for t in twins]
+
+
+def _samples(name: str) -> list:  # type: ignore[type-arg]
+    from tests import migrate_functions as mf
+
+    return getattr(mf, name)()
 
 
 def test_non_recomputable_intermediate_is_refused_with_the_two_options(copy: Path) -> None:

@@ -533,7 +533,10 @@ def _build(
             ref = output if k is None else f"{output}[{k}]"
             stmts.append(cst.parse_statement(f"{n} = {ref}\n", config))
         if i in moved:
-            stmts.append(s)
+            inputs_here = {
+                n: k for k, n in enumerate(plan.params) if plan.defs_before[i].get(n) == _PARAM
+            }
+            stmts.append(s.visit(_NeedsInputGrad(ctx, inputs_here)))  # type: ignore[arg-type]
     if not stmts:
         stmts.append(cst.parse_statement("pass\n", config))
     first: Any = stmts[0]
@@ -551,6 +554,25 @@ def _build(
         body=template.body.with_changes(body=stmts), leading_lines=[cst.EmptyLine(indent=False)]
     )
     return new_forward, setup
+
+
+class _NeedsInputGrad(cst.CSTTransformer):
+    """``x.requires_grad`` of an input, read in what moves to setup_context, becomes
+    ``ctx.needs_input_grad[i]``: the same in eager, and right under torch.func, where
+    setup_context sees the inputs without their autograd wrappers."""
+
+    def __init__(self, ctx: str, inputs: dict[str, int]) -> None:
+        self.ctx = ctx
+        self.inputs = inputs
+
+    def leave_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute
+    ) -> cst.BaseExpression:
+        v = updated.value
+        name = v.value if isinstance(v, cst.Name) else ""
+        if updated.attr.value == "requires_grad" and name in self.inputs:
+            return cst.parse_expression(f"{self.ctx}.needs_input_grad[{self.inputs[name]}]")
+        return updated
 
 
 def _describe(name: str, line: int, plan: _Plan) -> Migration:
