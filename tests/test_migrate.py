@@ -462,6 +462,24 @@ def test_whole_file_migrates_every_legacy_class(tmp_path: Path) -> None:
     assert out.rewritten.decode().count("def setup_context") == 2
 
 
+def test_recorded_calls_verify_the_migration(copy: Path, tmp_path: Path) -> None:
+    """--recorded DIR: the calls a program made, recorded by harness.recording (its own
+    branch; skipped where that recorder is not installed)."""
+    recording = pytest.importorskip("harness.recording")
+    from harness.targets import import_module
+
+    module = import_module(str(copy), "recorded")
+    folder = tmp_path / "rec"
+    with recording.recording(folder):
+        for x, y in (module.pair_samples()[0], (torch.randn(2, 5), torch.randn(2, 5))):
+            module.MulSavesInputs.apply(x.requires_grad_(), y)
+    (out,) = migrate(f"{copy}:MulSavesInputs", Settings(recorded=str(folder), func_checks=()))
+    (c,) = out.classes
+    assert c.status == MIGRATED and c.verdict is not None and c.verdict.compared >= 8, c.message
+    (out,) = migrate(f"{copy}:ExpSavesOutput", Settings(recorded=str(folder), func_checks=()))
+    assert out.classes[0].status == REFUSED and "no samples" in out.classes[0].message
+
+
 def test_the_legacy_note_points_to_the_migration() -> None:
     from harness.api import LEGACY_NOTE
     from harness.checks.catalogue import LEGACY_FIX

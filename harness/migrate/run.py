@@ -259,25 +259,24 @@ def _samples(src: SourceFile, mod: Any, name: str, settings: Settings) -> list[A
 
 
 def _recorded(folder: str, cls: Any) -> list[tuple[Any, ...]] | None:
-    """The calls of ``cls`` in a recording (``harness.recording``, built on its own branch)."""
+    """The recorded calls of ``cls`` (``harness.recording``: targets ``module:QualName``);
+    None when the recording has none. The recorder is imported only here."""
     try:
-        from harness import recording  # type: ignore[attr-defined]
+        from harness import recording  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         raise UsageError(
             "--recorded needs harness.recording (the call recorder), which this installation "
             "lacks; pass --samples instead"
         ) from None
     rec = recording.load_recording(folder)
-    qual = f"{cls.__module__}.{cls.__qualname__}"
+    module = str(cls.__module__)
     calls: list[tuple[Any, ...]] = []
     for fn in rec.functions:
-        names = {str(getattr(fn, k, "")) for k in ("name", "qualname", "target", "function")}
-        if (
-            cls.__qualname__ in names
-            or qual in names
-            or any(n.endswith(f":{cls.__qualname__}") for n in names)
-        ):
-            calls += [tuple(c.args) for c in fn.calls]
+        mod, _, qual = str(fn.target).rpartition(":")
+        # a script's classes are recorded under __main__; a file target loads under its stem
+        same_module = mod == module or mod.rsplit(".", 1)[-1] == module.rsplit(".", 1)[-1]
+        if qual == cls.__qualname__ and (same_module or mod == "__main__"):
+            calls += [tuple(c.args) for c in fn.calls if not c.kwargs]
     return calls or None
 
 
