@@ -366,7 +366,25 @@ def test_file_in_a_package_with_relative_imports(
         "ops.py",
     ]
     for name in [m for m in sys.modules if m.startswith("mig_pkg")]:
-        monkeypatch.delitem(sys.modules, name)
+        del sys.modules[name]  # the next test's package of the same name is another folder
+
+
+@pytest.mark.parametrize("how", ["dotted", "folder"])
+def test_whole_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """A package by name or folder: every file with a Function, each imported in its package."""
+    pkg = _package(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = (pkg / "ops.py").read_bytes()
+    outs = migrate("mig_pkg" if how == "dotted" else str(pkg), Settings(func_checks=()))
+    assert [(o.source.module, [c.name for c in o.classes]) for o in outs] == [
+        ("mig_pkg.ops", ["Triple"])
+    ]
+    # No samples attribute and no --samples: refused, never written unverified.
+    assert outs[0].classes[0].status == REFUSED and "no samples" in outs[0].classes[0].message
+    assert outs[0].rewritten == outs[0].original == before
+    for name in [m for m in sys.modules if m.startswith("mig_pkg")]:
+        del sys.modules[name]  # the next test's package of the same name is another folder
 
 
 def test_write_replaces_only_the_named_file_atomically(
@@ -413,7 +431,11 @@ def test_cli_exit_statuses(copy: Path, capsys: pytest.CaptureFixture[str]) -> No
     err = capsys.readouterr().err
     assert "does not parse" in err and len(err.strip().splitlines()) == 1
     assert main(["migrate", f"{copy}:ExpSavesOutput", s, "--force"]) == 2  # --force needs --write
-    assert str(copy.parent) not in capsys.readouterr().out
+    capsys.readouterr()
+    assert main(["migrate", f"{copy}:ReluMask", s, "--checks", "none"]) == 0
+    printed = capsys.readouterr()
+    assert "legacy_fns.py:ReluMask: migrated and verified" in printed.out
+    assert str(copy.parent) not in printed.out + printed.err  # no absolute path
 
 
 def test_cli_difference_exits_1_and_writes_nothing(

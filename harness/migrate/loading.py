@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from harness.core.errors import UsageError
-from harness.core.locations import describe_exception, portable_path
+from harness.core.locations import describe_exception, relative_file
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ class SourceFile:
 
     @property
     def label(self) -> str:
-        return portable_path(self.path)
+        """The path as every machine reads it (relative to the working directory,
+        ``site-packages/...``), never an absolute path."""
+        return relative_file(self.path)
 
 
 def _module_of_file(path: str) -> SourceFile:
@@ -45,7 +47,7 @@ def _module_of_file(path: str) -> SourceFile:
         parts.insert(0, os.path.basename(folder))
         folder = os.path.dirname(folder)
     if not parts:
-        raise UsageError(f"{portable_path(path)}: a package's __init__ outside any package")
+        raise UsageError(f"{relative_file(path)}: a package's __init__ outside any package")
     return SourceFile(path, ".".join(parts), folder)
 
 
@@ -109,14 +111,15 @@ def _dotted(spec: str, target: str) -> list[SourceFile]:
         root = os.path.dirname(root)
     if found.submodule_search_locations:  # a package: every file in it
         folder = os.path.dirname(os.path.abspath(found.origin))
-        root = os.path.dirname(folder)
-        files = _files_under(folder)
-        prefix = spec.rsplit(".", 1)[0] + "." if "." in spec else ""
+        root = folder
+        for _ in spec.split("."):
+            root = os.path.dirname(root)
         out = []
-        for f in files:
+        for f in _files_under(folder):
             rel = os.path.relpath(f, folder)[:-3].replace(os.sep, ".")
-            mod = spec if rel == "__init__" else f"{spec}.{rel.removesuffix('.__init__')}"
-            out.append(SourceFile(f, mod, root if not prefix else root))
+            rel = rel.removesuffix(".__init__")
+            mod = spec if rel == "__init__" else f"{spec}.{rel}"
+            out.append(SourceFile(f, mod, root))
         return out
     return [SourceFile(os.path.abspath(found.origin), spec, root)]
 
@@ -147,7 +150,7 @@ def import_original(src: SourceFile) -> ModuleType:
     if os.path.abspath(getattr(module, "__file__", "") or "") != src.path:
         raise UsageError(
             f"{src.label}: `import {src.module}` finds another file "
-            f"({portable_path(getattr(module, '__file__', '') or '?')}); run from the folder "
+            f"({relative_file(getattr(module, '__file__', '') or '?')}); run from the folder "
             "that holds it, or give its dotted name"
         )
     return module
