@@ -84,23 +84,32 @@ def test_each_legacy_function_migrates_and_verifies(copy: Path, cls: str) -> Non
     assert copy.read_bytes() == out.original  # not written without write=True
 
 
-def test_what_moves_where(copy: Path) -> None:
+def _rewrite(cls: str) -> tuple[str, codemod.Migration]:
+    """The codemod alone (no verification): the fixture file with ``cls`` migrated."""
+    module, info = codemod.migrate_class(codemod.parse(FIXTURE.read_bytes(), "fixture"), cls)
+    code = module.code
+    return code[slice(*_class_span(code, cls))], info
+
+
+def test_what_moves_where() -> None:
     """Outputs are read from `output`, inputs from `inputs`, intermediates recomputed."""
-    sort = _run(copy, "SortWithIndices").rewritten.decode()
-    body = sort[slice(*_class_span(sort, "SortWithIndices"))]
+    body, info = _rewrite("SortWithIndices")
     assert "x, dim = inputs" in body and "indices = output[1]" in body
     assert body.index("return values, indices") < body.index("def setup_context")
-    relu = _run(copy, "ReluMask")
-    (c,) = relu.classes
-    assert c.migration is not None and [n for n, _ in c.migration.recomputed] == ["x", "mask"]
-    inplace = _run(copy, "InplaceScale").classes[0]
-    assert inplace.migration is not None and inplace.migration.inplace_args == (0,)
-    assert _run(copy, "SortWithIndices").classes[0].migration.nondiff_outputs == (1,)  # type: ignore[union-attr]
-    cm = _run(copy, "ClassmethodSoftSquare").rewritten.decode()
-    assert "    @classmethod\n    def forward(cls, x, dim=-1):" in cm
-    assert "    @classmethod\n    def setup_context(cls, ctx, inputs, output):" in cm
-    stack = _run(copy, "WeightedStack").rewritten.decode()
-    assert "def forward(*xs):" in stack and "        xs = inputs\n" in stack
+    assert info.nondiff_outputs == (1,)
+    _, info = _rewrite("ReluMask")
+    assert [n for n, _ in info.recomputed] == ["x", "mask"]
+    _, info = _rewrite("InplaceScale")
+    assert info.inplace_args == (0,)
+    body, _ = _rewrite("ClassmethodSoftSquare")
+    assert "    @classmethod\n    def forward(cls, x, dim=-1):" in body
+    assert "    @classmethod\n    def setup_context(cls, ctx, inputs, output):" in body
+    body, _ = _rewrite("WeightedStack")
+    assert "def forward(*xs):" in body and "        xs = inputs\n" in body
+    body, _ = _rewrite("MulSavesInputs")  # comments and docstring stay where they were
+    assert (
+        '    """x * y, saving both inputs."""\n\n    @staticmethod\n    def forward(x, y):' in body
+    )
 
 
 def test_requires_grad_of_an_input_becomes_needs_input_grad(copy: Path) -> None:
@@ -162,18 +171,23 @@ def _ruff() -> str:
     return exe
 
 
-def test_migrated_file_passes_ruff_format(copy: Path) -> None:
+def test_migrated_file_passes_ruff_format(tmp_path: Path) -> None:
+    """Every class of the (ruff-formatted) fixture rewritten: the file is still formatted.
+    (Each rewrite's verification is test_each_legacy_function_migrates_and_verifies.)"""
     ruff = _ruff()
-    check = [ruff, "format", "--check", "--line-length", "100", "--quiet", str(copy)]
+    path = tmp_path / "formatted.py"
+    check = [ruff, "format", "--check", "--line-length", "100", "--quiet", str(path)]
+    path.write_bytes(FIXTURE.read_bytes())
     assert subprocess.run(check).returncode == 0  # the original is formatted
+    module = codemod.parse(FIXTURE.read_bytes(), "fixture")
     for cls in MIGRATES:
-        out = _run(copy, cls, write=True)
-        assert out.written, cls
-    text = copy.read_text()
-    assert text.count("def setup_context(") == len(MIGRATES) + 1  # + AlreadyNew's
-    assert subprocess.run(check).returncode == 0, subprocess.run(
-        [*check[:2], "--diff", *check[3:]], capture_output=True, text=True
-    ).stdout
+        module = codemod.migrate_class(module, cls)[0]
+        if cls in ("MulSavesInputs", "ReluMask"):
+            module = codemod.add_generated_rule(module, cls)
+    path.write_text(module.code)
+    assert module.code.count("def setup_context(") == len(MIGRATES) + 1  # + AlreadyNew's
+    diff = subprocess.run([*check[:2], "--diff", *check[3:]], capture_output=True, text=True)
+    assert diff.returncode == 0, diff.stdout
 
 
 def test_generated_vmap_rule_kept_when_the_vmap_checks_pass(copy: Path) -> None:
