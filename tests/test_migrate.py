@@ -516,6 +516,20 @@ def test_recorded_calls_verify_the_migration(copy: Path, tmp_path: Path) -> None
     assert out.classes[0].status == REFUSED and "no samples" in out.classes[0].message
 
 
+def test_a_generated_rule_already_there_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "ruled.py"
+    path.write_text(
+        "import torch\n\n\nclass Twice(torch.autograd.Function):\n    generate_vmap_rule = True\n\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        return 2 * x\n\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        return 2 * g\n\n\n"
+        "def samples():\n    return [(torch.ones(3),)]\n"
+    )
+    out = _run(path, "Twice", samples="samples", generate_vmap=True)
+    (c,) = out.classes
+    assert c.status == MIGRATED and "kept as it is" in c.vmap
+    assert out.rewritten.count(b"generate_vmap_rule = True") == 1
+
+
 def test_the_legacy_note_points_to_the_migration() -> None:
     from harness.api import LEGACY_NOTE
     from harness.checks.catalogue import LEGACY_FIX

@@ -188,6 +188,9 @@ def _migrate_file(
             module, outcomes[name] = _try_generated_rule(
                 src, mod, module, outcomes[name], samples[name], settings, progress
             )
+        elif settings.generate_vmap:
+            kept = "has a vmap staticmethod or generate_vmap_rule already: kept as it is"
+            outcomes[name] = replace(outcomes[name], vmap=kept)
     rewritten = module.bytes
     if settings.func_checks != ():
         done = [n for n in todo if outcomes[n].status == MIGRATED]
