@@ -536,3 +536,21 @@ def test_the_legacy_note_points_to_the_migration() -> None:
 
     assert "afdb migrate" in LEGACY_NOTE and "docs/migrating.md" in LEGACY_NOTE
     assert "afdb migrate" in LEGACY_FIX
+
+
+def test_the_documented_example_prints_what_the_docs_show(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/migrating.md's console block: its diff and its verdict lines are what the
+    command prints (the torch.func summary after them is left out here: --checks none)."""
+    root = FIXTURE.parent.parent
+    monkeypatch.chdir(root)
+    spec = "examples/legacy_swish.py"
+    argv = ["migrate", f"{spec}:Swish", f"--samples={spec}:swish_samples", "--vmap", "generate"]
+    assert main([*argv, "--checks", "none"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    doc = (root / "docs" / "migrating.md").read_text()
+    block = doc[doc.index("```console\n$ afdb migrate examples/legacy_swish.py") :]
+    block = block[: block.index("\n```")]
+    shown = [ln for ln in printed if not ln.startswith(("not written", "see docs"))]
+    assert shown and all(ln in block.splitlines() for ln in shown), shown
