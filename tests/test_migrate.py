@@ -303,6 +303,33 @@ def test_verify_against_hand_written_twins() -> None:
     assert not bad.ok and any("gradient of input 0" in d for d in bad.differences)
 
 
+def test_verify_gives_each_call_its_own_containers() -> None:
+    """A list argument changed in place: each call gets a fresh copy (the original's change
+    does not leak into the migrated call), and a different change is a difference."""
+
+    class Bump(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, ts):
+            ts[0].add_(1)
+            return x * ts[0]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2, None
+
+    class BumpTwice(Bump):
+        @staticmethod
+        def forward(ctx, x, ts):
+            ts[0].add_(2)
+            return x * 2
+
+    sample = [(torch.ones(3), [torch.ones(3)])]
+    assert verify(Bump, Bump, sample).ok
+    bad = verify(Bump, BumpTwice, sample)
+    assert any("input 1 after the call" in d for d in bad.differences), bad.differences
+    assert sample[0][1][0].tolist() == [1.0, 1.0, 1.0]  # the caller's sample untouched
+
+
 # --- refusals of constructs it does not handle ----------------------------------------------------
 
 CONSTRUCTS = {

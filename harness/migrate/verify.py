@@ -53,8 +53,8 @@ def _differentiable(a: Any) -> bool:
 
 
 def _cast(a: Any, dtype: torch.dtype | None) -> Any:
-    if not isinstance(a, torch.Tensor):
-        return a
+    if not isinstance(a, torch.Tensor):  # containers: fresh tensors, so no call sees another's
+        return pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), a)
     a = a.detach().clone()
     if dtype is not None and _differentiable(a):
         a = a.to(torch.complex128 if a.is_complex() else dtype)
@@ -82,7 +82,9 @@ def _trace(cls: Any, args: Sequence[Any], dtype: torch.dtype | None) -> _Trace:
     flat = pytree.tree_leaves(out)
     tr.outputs = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in flat]
     tr.requires_grad = [isinstance(o, torch.Tensor) and o.requires_grad for o in flat]
-    tr.inputs_after = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in call]
+    tr.inputs_after = [
+        pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), a) for a in call
+    ]
     diff = [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad]
     if not diff or not wrt:
         return tr
@@ -117,22 +119,33 @@ class _Diff:
         self.compared = 0
 
     def tensors(self, label: str, actual: Any, expected: Any) -> None:
-        self.compared += 1
-        if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
-            msg = compare_tensors(
-                actual.detach(),
-                expected.detach(),
-                rtol=None,
-                atol=None,
-                label=label,
-                finite_reference=False,
-            )
-            if msg:
-                self.lines.append(msg)
-        elif type(actual) is not type(expected) or (
-            not isinstance(expected, torch.Tensor) and actual != expected
-        ):
-            self.lines.append(f"{label}: {actual!r}, the original gives {expected!r}")
+        """Compare two values leaf by leaf (tensors within the tolerances, others by ==)."""
+        a_leaves, a_spec = pytree.tree_flatten(actual)
+        e_leaves, e_spec = pytree.tree_flatten(expected)
+        if a_spec != e_spec:
+            self.compared += 1
+            self.lines.append(f"{label}: structure {a_spec}, the original gives {e_spec}")
+            return
+        for k, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+            where = label if len(e_leaves) == 1 else f"{label}, leaf {k}"
+            self.compared += 1
+            if isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor):
+                msg = compare_tensors(
+                    a.detach(),
+                    e.detach(),
+                    rtol=None,
+                    atol=None,
+                    label=where,
+                    finite_reference=False,
+                )
+                if msg:
+                    self.lines.append(msg)
+            elif isinstance(e, torch.Tensor) or isinstance(a, torch.Tensor):
+                self.lines.append(
+                    f"{where}: {type(a).__name__}, the original gives {type(e).__name__}"
+                )
+            elif type(a) is not type(e) or a != e:
+                self.lines.append(f"{where}: {a!r}, the original gives {e!r}")
 
 
 def _legs(args: Sequence[Any]) -> list[tuple[str, torch.dtype | None]]:
