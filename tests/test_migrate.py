@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -330,6 +331,19 @@ def test_verify_gives_each_call_its_own_containers() -> None:
     assert sample[0][1][0].tolist() == [1.0, 1.0, 1.0]  # the caller's sample untouched
 
 
+CHEAP = ["x > 0", "x.shape", "x.contiguous().view(-1)", "len(xs)", "x * 2 - 1", "x.abs() <= 1"]
+NOT_CHEAP = ["x.exp()", "x @ w", "torch.rand_like(x)", "x.max()", "x.sum(0)", "np.sin(x)", "f(x)"]
+
+
+@pytest.mark.parametrize("expr", CHEAP + NOT_CHEAP)
+def test_what_counts_as_exact_and_cheap(expr: str) -> None:
+    import libcst as cst
+
+    from harness.migrate.statements import cheap
+
+    assert cheap(cst.parse_expression(expr)) == (expr in CHEAP)
+
+
 # --- refusals of constructs it does not handle ----------------------------------------------------
 
 CONSTRUCTS = {
@@ -373,6 +387,19 @@ def test_unhandled_constructs_are_refused_in_one_line(tmp_path: Path, what: str)
 # --- targets, packages, --write ----------------------------------------------------------------
 
 
+@pytest.fixture
+def fresh_pkg() -> Iterator[None]:
+    """``mig_pkg`` is another folder in each test: none of its modules outlives one."""
+
+    def drop() -> None:
+        for name in [m for m in sys.modules if m == "mig_pkg" or m.startswith("mig_pkg.")]:
+            del sys.modules[name]
+
+    drop()
+    yield
+    drop()
+
+
 def _package(tmp_path: Path) -> Path:
     pkg = tmp_path / "mig_pkg"
     pkg.mkdir()
@@ -391,7 +418,7 @@ def _package(tmp_path: Path) -> Path:
 
 
 def test_file_in_a_package_with_relative_imports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pkg: object
 ) -> None:
     pkg = _package(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -406,12 +433,12 @@ def test_file_in_a_package_with_relative_imports(
         "consts.py",
         "ops.py",
     ]
-    for name in [m for m in sys.modules if m.startswith("mig_pkg")]:
-        del sys.modules[name]  # the next test's package of the same name is another folder
 
 
 @pytest.mark.parametrize("how", ["dotted", "folder"])
-def test_whole_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_whole_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, fresh_pkg: object
+) -> None:
     """A package by name or folder: every file with a Function, each imported in its package."""
     pkg = _package(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -424,8 +451,6 @@ def test_whole_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
     # No samples attribute and no --samples: refused, never written unverified.
     assert outs[0].classes[0].status == REFUSED and "no samples" in outs[0].classes[0].message
     assert outs[0].rewritten == outs[0].original == before
-    for name in [m for m in sys.modules if m.startswith("mig_pkg")]:
-        del sys.modules[name]  # the next test's package of the same name is another folder
 
 
 def test_write_replaces_only_the_named_file_atomically(

@@ -2,6 +2,8 @@
 (``forward(*args)`` + ``setup_context``), verified against the original before it is written.
 
 * ``names``: which names a piece of syntax reads and binds (the codemod's data flow).
+* ``statements``: which statements of ``forward`` are ctx work, which intermediates are exact
+  and cheap to compute again.
 * ``codemod``: the rewrite on libcst's concrete syntax tree (everything outside the rewritten
   class byte for byte), or a one-line refusal.
 * ``loading``: the original and the rewritten source as modules (a file inside a package as

@@ -20,31 +20,15 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from harness.migrate.names import names_of, root_name
-
-#: ctx methods whose effect setup_context must repeat.
-CTX_METHODS = frozenset(
-    {
-        "save_for_backward",
-        "save_for_forward",
-        "mark_non_differentiable",
-        "mark_dirty",
-        "set_materialize_grads",
-    }
+from harness.migrate.statements import (
+    PASSES,
+    Returns,
+    is_ctx_small,
+    is_ctx_statement,
+    mentions,
+    passes,
+    recomputable,
 )
-
-#: Calls whose result is exact and cheap to compute again in setup_context (metadata, views,
-#: casts, comparisons, elementwise sign/abs): an intermediate made only of these is recomputed.
-CHEAP_CALLS = frozenset(
-    {
-        "size", "dim", "ndimension", "numel", "stride", "is_contiguous", "get_device",
-        "contiguous", "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute",
-        "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "movedim", "narrow",
-        "detach", "clone", "float", "double", "half", "bfloat16", "to", "type_as", "bool",
-        "gt", "lt", "ge", "le", "eq", "ne", "abs", "sign", "neg", "logical_not",
-        "zeros_like", "ones_like", "broadcast_shapes", "Size",
-        "len", "int", "tuple", "list", "range", "isinstance", "max", "min",
-    }
-)  # fmt: skip
 
 
 class Refused(Exception):
@@ -139,172 +123,6 @@ def function_classes(module: cst.Module) -> list[FunctionClass]:
     return out
 
 
-# --- classifying forward's statements -------------------------------------------------------
-
-
-def _is_ctx_small(small: cst.BaseSmallStatement, ctx: str) -> bool:
-    """``ctx.save_for_backward(...)``, ``ctx.a = v``, ``setattr(ctx, ...)``, ``ctx.l.append(v)``."""
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        call = small.value
-        if root_name(call.func) == ctx and isinstance(call.func, cst.Attribute):
-            return True
-        return (
-            isinstance(call.func, cst.Name)
-            and call.func.value == "setattr"
-            and bool(call.args)
-            and isinstance(call.args[0].value, cst.Name)
-            and call.args[0].value.value == ctx
-        )
-    if isinstance(small, cst.Assign):
-        return all(_rooted_at(t.target, ctx) for t in small.targets)
-    if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
-        return _rooted_at(small.target, ctx)
-    return False
-
-
-def _rooted_at(target: cst.BaseExpression, ctx: str) -> bool:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return bool(target.elements) and all(_rooted_at(e.value, ctx) for e in target.elements)
-    return isinstance(target, (cst.Attribute, cst.Subscript)) and root_name(target) == ctx
-
-
-def _only_ctx(block: cst.BaseSuite | None, ctx: str) -> bool:
-    """Every statement of an ``if`` (and its elif/else) block does something to ctx only."""
-    if block is None:
-        return True
-    stmts = block.body if isinstance(block, cst.IndentedBlock) else (block,)
-    for s in stmts:
-        if isinstance(s, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            if not all(isinstance(x, cst.Pass) or _is_ctx_small(x, ctx) for x in s.body):
-                return False
-        elif isinstance(s, cst.If):
-            if not (_only_ctx(s.body, ctx) and _only_ctx_orelse(s.orelse, ctx)):
-                return False
-        else:
-            return False
-    return True
-
-
-def _only_ctx_orelse(orelse: cst.If | cst.Else | None, ctx: str) -> bool:
-    if orelse is None:
-        return True
-    if isinstance(orelse, cst.If):
-        return _only_ctx(orelse.body, ctx) and _only_ctx_orelse(orelse.orelse, ctx)
-    return _only_ctx(orelse.body, ctx)
-
-
-def is_ctx_statement(stmt: cst.BaseStatement, ctx: str) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return all(_is_ctx_small(s, ctx) for s in stmt.body)
-    if isinstance(stmt, cst.If):
-        return _only_ctx(stmt.body, ctx) and _only_ctx_orelse(stmt.orelse, ctx)
-    return False
-
-
-def _mentions(node: cst.CSTNode, name: str) -> bool:
-    return name in names_of(node).reads or name in names_of(node).binds
-
-
-class _Returns(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.returns: list[cst.Return] = []
-
-    def visit_Return(self, node: cst.Return) -> bool:
-        self.returns.append(node)
-        return False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-
-_PASSES = (
-    "forward passes ctx to another function (a helper, super().forward); migrate that one "
-    "first so that it takes no ctx"
-)
-
-
-def _passes(node: cst.CSTNode, ctx: str) -> bool:
-    """Whether ``ctx`` itself is an argument of a call in ``node``."""
-
-    class V(cst.CSTVisitor):
-        hit = False
-
-        def visit_Arg(self, arg: cst.Arg) -> bool:
-            if isinstance(arg.value, cst.Name) and arg.value.value == ctx:
-                V.hit = True
-            return True
-
-    node.visit(V())
-    return V.hit
-
-
-def _cheap(expr: cst.BaseExpression) -> bool:
-    """Exact and cheap to evaluate again: names, constants, metadata, views, casts, arithmetic."""
-    if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Ellipsis)):
-        return True
-    if isinstance(expr, cst.Attribute):
-        return _cheap(expr.value)
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        return all(_cheap(e.value) for e in expr.elements)
-    if isinstance(expr, cst.Subscript):
-        for el in expr.slice:
-            s = el.slice
-            if isinstance(s, cst.Index) and not _cheap(s.value):
-                return False
-            if isinstance(s, cst.Slice):
-                parts = (s.lower, s.upper, s.step)
-                if not all(p is None or _cheap(p) for p in parts):
-                    return False
-        return _cheap(expr.value)
-    if isinstance(expr, cst.BinaryOperation):
-        if isinstance(expr.operator, cst.MatrixMultiply):
-            return False
-        return _cheap(expr.left) and _cheap(expr.right)
-    if isinstance(expr, cst.UnaryOperation):
-        return _cheap(expr.expression)
-    if isinstance(expr, cst.BooleanOperation):
-        return _cheap(expr.left) and _cheap(expr.right)
-    if isinstance(expr, cst.Comparison):
-        return _cheap(expr.left) and all(_cheap(c.comparator) for c in expr.comparisons)
-    if isinstance(expr, cst.IfExp):
-        return _cheap(expr.test) and _cheap(expr.body) and _cheap(expr.orelse)
-    if isinstance(expr, cst.Call):
-        f = expr.func
-        name = f.attr.value if isinstance(f, cst.Attribute) else getattr(f, "value", None)
-        if name not in CHEAP_CALLS:
-            return False
-        if isinstance(f, cst.Attribute) and not _cheap(f.value):
-            return False
-        return all(_cheap(a.value) for a in expr.args)
-    return False
-
-
-def _recomputable(stmt: cst.BaseStatement) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
-        small = stmt.body[0]
-        if isinstance(small, (cst.Import, cst.ImportFrom)):
-            return True
-        if isinstance(small, cst.Assign):
-            return all(_plain_target(t.target) for t in small.targets) and _cheap(small.value)
-        if isinstance(small, cst.AnnAssign) and small.value is not None:
-            return _plain_target(small.target) and _cheap(small.value)
-    return False
-
-
-def _plain_target(t: cst.BaseExpression) -> bool:
-    if isinstance(t, cst.Name):
-        return True
-    if isinstance(t, (cst.Tuple, cst.List)):
-        return all(_plain_target(e.value) for e in t.elements)
-    return False
-
-
 # --- the rewrite ----------------------------------------------------------------------------
 
 _PARAM = -1  # a definition that is forward's parameter
@@ -388,7 +206,7 @@ def _analyse(
     lines: list[int],
     fn: cst.FunctionDef,
 ) -> _Plan:
-    returns = _Returns()
+    returns = Returns()
     fn.body.visit(returns)
     last = body[-1] if body else None
     final = (
@@ -412,13 +230,13 @@ def _analyse(
         defs_before.append(dict(defs))
         if i == len(body) - 1 or is_ctx_statement(stmt, ctx):
             continue
-        if _mentions(stmt, ctx):
+        if mentions(stmt, ctx):
             if isinstance(stmt, cst.SimpleStatementLine) and any(
-                _is_ctx_small(s, ctx) for s in stmt.body
+                is_ctx_small(s, ctx) for s in stmt.body
             ):
                 what = "a line mixes ctx work with forward's own; put each on its own line"
-            elif _passes(stmt, ctx):
-                what = _PASSES
+            elif passes(stmt, ctx):
+                what = PASSES
             elif isinstance(stmt, cst.SimpleStatementLine):
                 what = "forward reads ctx in its own computation; compute the value without ctx"
             else:
@@ -432,8 +250,8 @@ def _analyse(
         for n in names_of(stmt).binds:
             defs[n] = i
     value = final.value
-    if value is not None and _mentions(value, ctx):
-        what = _PASSES if _passes(value, ctx) else "forward reads ctx in what it returns"
+    if value is not None and mentions(value, ctx):
+        what = PASSES if passes(value, ctx) else "forward reads ctx in what it returns"
         raise _refuse(
             cls, lines[-1], f"not handled: {what} (or migrate by hand, docs/migrating.md)"
         )
@@ -473,7 +291,7 @@ def _need(cls: str, plan: _Plan, name: str, d: int | None, at: int) -> None:
         for s in plan.body[d + 1 : at]
         if not is_ctx_statement(s, plan.ctx)
     )
-    if not _recomputable(stmt) or mutated_later:
+    if not recomputable(stmt) or mutated_later:
         why = "changed in place after it is computed" if mutated_later else "not exact and cheap"
         raise _refuse(
             cls, plan.lines[d], f"forward's intermediate `{name}` is kept on ctx and cannot be "
