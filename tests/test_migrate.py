@@ -363,6 +363,7 @@ CONSTRUCTS = {
     ),
     "mixed line": ("        ctx.k = 2; y = x * 2\n        return y\n", "mixes ctx work"),
     "kwargs": ("        return x\n", "keyword-only or **kwargs"),
+    "custom_fwd": ("        return x\n", "decorated with @custom_fwd"),
 }
 
 
@@ -372,7 +373,8 @@ def test_unhandled_constructs_are_refused_in_one_line(tmp_path: Path, what: str)
     src = (
         "import torch\n\n\ndef helper(ctx, x):\n    return x\n\n\n"
         "class F(torch.autograd.Function):\n    @staticmethod\n"
-        f"    def forward(ctx, x{', **kw' if what == 'kwargs' else ''}):\n"
+        + ("    @torch.amp.custom_fwd(device_type='cpu')\n" if what == "custom_fwd" else "")
+        + f"    def forward(ctx, x{', **kw' if what == 'kwargs' else ''}):\n"
         f"{body}\n    @staticmethod\n    def backward(ctx, g):\n        return g\n\n\n"
         "def samples():\n    return [(torch.ones(3),)]\n"
     )

@@ -178,6 +178,13 @@ def migrate_class(module: cst.Module, name: str) -> tuple[cst.Module, Migration]
     fn = _methods(cls_node).get("forward")
     if fn is None:
         raise _refuse(name, cls_line, "defines no forward")
+    others = _decorator_names(fn) - {"staticmethod", "classmethod"}
+    if others:
+        raise _refuse(
+            name, positions[fn].start.line, f"forward is decorated with @{sorted(others)[0]}, "
+            "which may expect ctx as its first argument (torch.amp.custom_fwd does); not handled: "
+            "migrate by hand (docs/migrating.md)"
+        )  # fmt: skip
     ctx, params, star, owner = _forward_signature(name, fn, positions[fn].start.line)
     if not isinstance(fn.body, cst.IndentedBlock):
         raise _refuse(name, positions[fn].start.line, "forward on one line: not handled")
