@@ -570,6 +570,14 @@ def test_recorded_calls_verify_the_migration(copy: Path, tmp_path: Path) -> None
     assert out.classes[0].status == REFUSED and "no samples" in out.classes[0].message
 
 
+def test_checks_that_cannot_run_are_named_not_raised(copy: Path) -> None:
+    """The torch.func checks refusing (a UsageError) is one line on that class, after its
+    verified migration, not the end of the command."""
+    (c,) = _run(copy, "MulSavesInputs", func_checks=("no_such_check",)).classes
+    assert c.status == MIGRATED and c.checks is None
+    assert c.checks_note.startswith("the torch.func checks did not run: unknown check")
+
+
 def test_a_generated_rule_already_there_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "ruled.py"
     path.write_text(

@@ -167,6 +167,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                     print(f"  difference: {visible(line, keep_newlines=False)}")
             if c.vmap:
                 print(f"  {visible(c.vmap, keep_newlines=False)}")
+            if c.checks_note:
+                print(f"  {visible(c.checks_note, keep_newlines=False)}")
             if c.status == MIGRATED and c.checks is not None:
                 print(f"  torch.func checks on the migrated {c.name}:")
                 print_check_summary(c.checks)

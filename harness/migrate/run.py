@@ -53,6 +53,7 @@ class ClassOutcome:
     verdict: Verdict | None = None
     vmap: str = ""  # what happened to generate_vmap_rule, one line ("" when not asked)
     checks: Any = None  # the torch.func checks' RunResult on the migrated class
+    checks_note: str = ""  # why they did not run, one line
 
 
 @dataclass(frozen=True)
@@ -198,10 +199,15 @@ def _migrate_file(
             with rewritten_module(src, rewritten) as new:
                 for name in done:
                     progress(f"running the torch.func checks on the migrated {name}")
-                    result = _func_checks(
-                        getattr(new, name), samples[name], outcomes[name], settings
-                    )
-                    outcomes[name] = replace(outcomes[name], checks=result)
+                    try:
+                        result = _func_checks(
+                            getattr(new, name), samples[name], outcomes[name], settings
+                        )
+                    except UsageError as e:  # the checks' own refusal (samples, options)
+                        note = f"the torch.func checks did not run: {e}"
+                        outcomes[name] = replace(outcomes[name], checks_note=note)
+                    else:
+                        outcomes[name] = replace(outcomes[name], checks=result)
     order = [f.name for f in found if f.name in outcomes]
     return FileOutcome(src, original, rewritten, tuple(outcomes[n] for n in order))
 
