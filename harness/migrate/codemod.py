@@ -276,7 +276,7 @@ def _analyse(
     plan = _Plan(ctx, params, star, body, lines, defs_before, outputs)
     for i, stmt in enumerate(body[:-1]):
         if is_ctx_statement(stmt, ctx):
-            for n in names_of(stmt).reads - {ctx}:
+            for n in sorted(names_of(stmt).reads - {ctx}):
                 _need(cls, plan, n, defs_before[i].get(n), i)
     return plan
 
@@ -307,7 +307,7 @@ def _need(cls: str, plan: _Plan, name: str, d: int | None, at: int) -> None:
             "recompute it in backward from the saved inputs"
         )  # fmt: skip
     plan.needed.add(d)
-    for n in names_of(stmt).reads:
+    for n in sorted(names_of(stmt).reads):
         _need(cls, plan, n, plan.defs_before[d].get(n), d)
 
 
@@ -423,7 +423,7 @@ def _describe(name: str, line: int, plan: _Plan) -> Migration:
                         if out_name == n and k is not None:
                             nondiff.append(k)
     recomputed = tuple(
-        (next(iter(names_of(plan.body[d]).binds), "?"), plan.lines[d]) for d in sorted(plan.needed)
+        (min(names_of(plan.body[d]).binds, default="?"), plan.lines[d]) for d in sorted(plan.needed)
     )
     return Migration(
         name,
