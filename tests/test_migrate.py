@@ -213,6 +213,26 @@ def test_numpy_forward_gets_no_generated_rule_and_the_line_named(copy: Path) -> 
     )
 
 
+def test_the_lines_that_prevent_a_generated_rule() -> None:
+    from harness.migrate.vmaprule import blockers
+
+    src = (
+        "class F:\n    @staticmethod\n    def forward(ctx, x, dim=None):\n"
+        "        if ctx.needs_input_grad[0]:\n            ctx.k = 1\n"  # ctx: not data
+        "        if dim is None or x.dim() == 2:\n            dim = 0\n"  # metadata: fine
+        "        s = x.sum().item()\n"
+        "        if x.max() > 0:\n            x = x * 2\n"
+        "        idx = x.nonzero()\n"
+        "        return x * s, idx\n"
+    )
+    found = [(b.line, b.why) for b in blockers(src, "F")]
+    assert found == [
+        (8, ".item()"),
+        (9, "control flow on tensor data"),
+        (11, "nonzero: a data-dependent shape"),
+    ]
+
+
 # --- the verification catches a wrong migration -------------------------------------------------
 
 

@@ -187,7 +187,7 @@ def _migrate_file(
         fc = next(f for f in found if f.name == name)
         if settings.generate_vmap and not fc.has_vmap:
             module, outcomes[name] = _try_generated_rule(
-                src, mod, module, outcomes[name], samples[name], settings, progress
+                src, original, module, outcomes[name], samples[name], settings, progress
             )
         elif settings.generate_vmap:
             kept = "has a vmap staticmethod or generate_vmap_rule already: kept as it is"
@@ -316,7 +316,7 @@ def _func_checks(
 
 def _try_generated_rule(
     src: SourceFile,
-    mod: Any,
+    original: bytes,
     module: cst.Module,
     outcome: ClassOutcome,
     samples: Sequence[Any],
@@ -344,27 +344,13 @@ def _try_generated_rule(
         return with_rule, replace(
             outcome, vmap=f"generate_vmap_rule = True added: the vmap checks pass ({n} cases)"
         )
-    lines = blockers(with_rule.code, name)
-    # Lines in the original file: the scan ran on the rewritten one, so find them there.
-    where = "; ".join(str(b) for b in lines[:3]) or "no single line found (see the failure)"
-    original_lines = _original_lines(src, name, lines)
-    if original_lines:
-        where = original_lines
+    found = blockers(original.decode("utf-8", "replace"), name)  # lines of the user's file
+    where = "; ".join(str(b) for b in found[:3]) or "no single line found (see the failure)"
     return module, replace(
         outcome,
         vmap=f"generate_vmap_rule = True not kept: the vmap checks fail ({failure}); in forward: "
         f"{where}; a vmap staticmethod is needed",
     )
-
-
-def _original_lines(src: SourceFile, name: str, found: Sequence[Any]) -> str:
-    try:
-        with open(src.path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    lines = blockers(text, name)
-    return "; ".join(str(b) for b in lines[:3])
 
 
 def _write(f: FileOutcome) -> FileOutcome:

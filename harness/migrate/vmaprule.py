@@ -119,7 +119,15 @@ def blockers(source: str, class_name: str) -> list[Blocker]:
             body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
             for fn in body:
                 if isinstance(fn, cst.FunctionDef) and fn.name.value == "forward":
-                    params = {p.name.value for p in fn.params.params}
+                    given = [p.name.value for p in fn.params.params]
+                    legacy = not any(
+                        isinstance(m, cst.FunctionDef) and m.name.value == "setup_context"
+                        for m in body
+                    )
+                    if legacy and given:  # forward(ctx, ...) or forward(cls, ctx, ...)
+                        ctx_at = 1 if given[0] == "cls" and len(given) > 1 else 0
+                        given = given[:ctx_at] + given[ctx_at + 1 :]
+                    params = set(given)
                     if isinstance(fn.params.star_arg, cst.Param):
                         params.add(fn.params.star_arg.name.value)
                     tensors = params | names_of(fn.body).binds
@@ -130,5 +138,8 @@ def blockers(source: str, class_name: str) -> list[Blocker]:
                         line = positions[node].start.line
                         text = source.splitlines()[line - 1].strip()
                         out.append(Blocker(line, text[:80], why))
-                    return sorted(set(out), key=lambda b: b.line)
+                    first: dict[int, Blocker] = {}
+                    for b in out:
+                        first.setdefault(b.line, b)  # one reason a line
+                    return [first[k] for k in sorted(first)]
     return []
