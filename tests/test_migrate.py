@@ -565,7 +565,9 @@ def test_whole_file_migrates_every_legacy_class(tmp_path: Path) -> None:
         "    @staticmethod\n    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n        return 2 * g * x\n\n\n"
         "class B(torch.autograd.Function):\n    samples = staticmethod(_s)\n\n"
         "    @staticmethod\n    def forward(ctx, x):\n        return x + 1\n\n"
-        "    @staticmethod\n    def backward(ctx, g):\n        return g\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        return g\n\n\n"
+        "class NotAFunction(torch.nn.Module):\n"  # a staticmethod forward, but no Function
+        "    @staticmethod\n    def forward(ctx, x):\n        return x\n"
     )
     (out,) = migrate(str(path), Settings(func_checks=()))
     assert [(c.name, c.status) for c in out.classes] == [("A", MIGRATED), ("B", MIGRATED)]

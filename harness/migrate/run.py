@@ -118,9 +118,11 @@ def migrate(
                 )
         if not found:
             continue
-        outcomes.append(_migrate_file(src, original, module, found, settings, progress))
-    if not outcomes:
+        named = class_name is not None
+        outcomes.append(_migrate_file(src, original, module, found, named, settings, progress))
+    if not any(f.classes for f in outcomes):
         raise UsageError(f"TARGET {target}: no torch.autograd.Function class found in it")
+    outcomes = [f for f in outcomes if f.classes]
     if settings.write and (settings.force or exit_status(outcomes) != 1):
         outcomes = [_write(f) for f in outcomes]
     return outcomes
@@ -139,6 +141,7 @@ def _migrate_file(
     original: bytes,
     module: cst.Module,
     found: Sequence[Any],
+    named: bool,
     settings: Settings,
     progress: Callable[[str], None],
 ) -> FileOutcome:
@@ -151,7 +154,7 @@ def _migrate_file(
     for fc in found:
         obj = getattr(mod, fc.name, None)
         if not (isinstance(obj, type) and issubclass(obj, torch.autograd.Function)):
-            if len(found) == 1:
+            if named:
                 raise UsageError(f"{src.label}: {fc.name} is not a torch.autograd.Function")
             continue
         if not fc.legacy:
@@ -166,7 +169,7 @@ def _migrate_file(
             outcomes[fc.name] = ClassOutcome(fc.name, REFUSED, f"refused: {e}")
     samples: dict[str, list[Any]] = {}
     for name in migrations:
-        got = _samples(src, mod, name, settings)
+        got = _samples(mod, name, settings)
         if got is None:
             outcomes[name] = ClassOutcome(name, REFUSED, f"refused: {name}: {NO_SAMPLES}")
         else:
@@ -244,7 +247,7 @@ def _verdict_outcome(name: str, migration: Migration, verdict: Verdict) -> Class
     )  # fmt: skip
 
 
-def _samples(src: SourceFile, mod: Any, name: str, settings: Settings) -> list[Any] | None:
+def _samples(mod: Any, name: str, settings: Settings) -> list[Any] | None:
     """The samples (``Sample`` objects) a class is verified on, or None when there are none."""
     from harness.core.options import Options
     from harness.entries import base_samples, make_entry, samples_attribute
