@@ -288,7 +288,8 @@ LEGACY_NOTE = (
     "torch.func transforms (vmap, grad, jvp, vjp, jacrev, ...) are unsupported for {what} "
     "legacy forward(ctx, ...): to support them, move the ctx work out of forward into a "
     "@staticmethod setup_context(ctx, inputs, output) and add a vmap staticmethod or "
-    "generate_vmap_rule = True; {eager}"
+    "generate_vmap_rule = True (`afdb migrate TARGET` does it and verifies it against the "
+    "original, docs/migrating.md); {eager}"
 )
 EAGER_CHECKED = "eager autograd was checked instead (eager_vjp, eager_jvp, eager_vjp_of_vjp)"
 EAGER_NOT_RUN = "its eager autograd is checked by eager_vjp, eager_jvp and eager_vjp_of_vjp"

@@ -139,7 +139,8 @@ def no_plan(layout: ArgLayout, options: Options) -> list[Plan | None]:
 LEGACY_FIX = (
     "legacy forward(ctx, ...) cannot be used with torch.func transforms: move ctx out of "
     "forward (def forward(*args)) and save what backward needs in a "
-    "@staticmethod setup_context(ctx, inputs, output)"
+    "@staticmethod setup_context(ctx, inputs, output); `afdb migrate` does it and verifies "
+    "it (docs/migrating.md)"
 )
 
 

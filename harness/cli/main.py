@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "harness.cli.merge",
     "harness.cli.certify",
     "harness.cli.record",
+    "harness.cli.migrate",
 )
 
 
