@@ -13,8 +13,9 @@ from autograd_function_db import REGISTRY
 from autograd_function_db.entry import entry
 from autograd_function_db.numpy_ops import binary_samples
 from harness.core.options import Options
-from harness.core.shape_origin import broadcast_shapes
+from harness.core.shape_origin import broadcast_shapes, built_at, without_rule_lines
 from harness.engine.runner import run_entries
+from harness.reports.grouping import group_cases
 from tests import broadcast_rules as br
 from tests.planted_autodiff import SinNoJvp, unary
 
@@ -96,3 +97,52 @@ def test_broadcast_shapes_reads_numpys_message():
         (2,),
     ]
     assert broadcast_shapes("The size of tensor a (5) must match") == []
+
+
+def test_the_rule_lines_stay_in_the_message_and_out_of_the_root_cause():
+    cls = br.StepwiseMisalignedMul
+    results = run_entries([entry(cls.__name__, cls, binary_samples)], Options(checks=("vmap",)))
+    errors = [r for r in results if r.status == "error"]
+    assert errors and all("the rule built" in r.message for r in errors)
+    (group,) = group_cases(errors)
+    assert "the rule built" not in group.key and "pad it with" not in group.key
+    assert group.first.message == errors[0].message  # the message keeps them
+    # The same failure at a plan where no local matched numpy's shapes: the same cause.
+    bare = without_rule_lines(errors[0].message)
+    assert "the rule built" not in bare and "pad it with" not in bare and bare.endswith(")")
+    assert bare.count("(") == bare.count(")"), bare
+
+
+def test_without_rule_lines_takes_out_exactly_the_added_text():
+    base = (
+        "vmap p: the Function raised ValueError: operands could not be broadcast (at f.py:9 in vmap"
+    )
+    added = (
+        "; the rule built x (shape (4, 2)) at f.py:3: `x = x.movedim(d, 0)`; "
+        "y (shape ()) at f.py:4: `y = 'a' + \"b\"`"
+    )
+    assert without_rule_lines(base + added + ")") == base + ")"
+    advice = added + " -- numpy lines up trailing dims, so the batch dim at the front of the "
+    advice += (
+        "operand with fewer dims meets another dim: pad it with size-1 dims after its batch dim"
+    )
+    assert without_rule_lines(base + advice + ") -- hint") == base + ") -- hint"
+    assert without_rule_lines(base + ")") == base + ")"
+
+
+class _StrRaises(Exception):
+    def __str__(self):
+        raise RuntimeError("no text for you")
+
+
+def test_built_at_reads_the_text_it_is_given_never_str_of_the_exception():
+    exc = _StrRaises()
+    assert (
+        built_at(exc, "operands could not be broadcast together with shapes (2,) (3,)", _no, _no)
+        == ""
+    )
+    assert built_at(exc, "<unprintable _StrRaises>", _no, _no) == ""
+
+
+def _no(*_: object) -> bool:
+    return False

@@ -148,13 +148,14 @@ def describe_exception(exc: BaseException, limit: int = 2000) -> str:
 
     while isinstance(exc, FunctionRaised):
         exc = exc.original
-    text = portable_text(safe_str(exc)).strip().splitlines()
+    raw = safe_str(exc)  # its __str__ is the Function's: read once, never unguarded
+    text = portable_text(raw).strip().splitlines()
     first = " ".join(line.strip() for line in text[:3]) if text else ""
     message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     if len(message) > limit:
         message = message[:limit] + f"... [{len(message) - limit} characters truncated]"
     where = where_raised(exc.__traceback__)
-    built = built_at(exc, _internal, location)
+    built = built_at(exc, raw, _internal, location)
     if built:
         where = f"{where}; {built}" if where else built
     return f"{message} ({where})" if where else message

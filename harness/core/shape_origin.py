@@ -9,6 +9,10 @@ shape is one of the shapes numpy names is traced to the last assignment to it be
 failing line, read from the rule's source with ``ast``. Nothing is found (and nothing is
 said) when the rule's source cannot be read, or no local has those shapes (the forward
 reshaped them first).
+
+The added text is the same bug told at one plan: which locals match numpy's shapes differs
+from plan to plan (a nested plan's outer rule holds other shapes), so the root-cause
+grouping takes it out of its key (``without_rule_lines``) and one bug stays one group.
 """
 
 from __future__ import annotations
@@ -25,6 +29,18 @@ _NUMPY_BROADCAST = re.compile(r"operands could not be broadcast together with (?
 _SHAPE = re.compile(r"\(([\d,\s]*)\)")
 #: The user's staticmethod whose frame is searched.
 RULE = "vmap"
+#: How ``built_at``'s text begins, and the advice it ends with when a batch dim met a data dim.
+BUILT = "the rule built "
+PAD_ADVICE = (
+    " -- numpy lines up trailing dims, so the batch dim at the front of the operand "
+    "with fewer dims meets another dim: pad it with size-1 dims after its batch dim"
+)
+#: One ``name (shape (2, 4)) at file:line: `statement``` of ``built_at`` (no backtick in
+#: the statement: ``built_at`` writes its backticks as quotes).
+_PART = r"\w+ \(shape \([\d, ]*\)\) at [^`]*?: `[^`]*`"
+_BUILT_TEXT = re.compile(
+    rf"(?:; )?{re.escape(BUILT)}{_PART}(?:; {_PART})*(?:{re.escape(PAD_ADVICE)})?"
+)
 
 
 def broadcast_shapes(message: str) -> list[tuple[int, ...]]:
@@ -94,13 +110,31 @@ def _plain_shape(value: object) -> tuple[int, ...] | None:
     return None
 
 
-def built_at(exc: BaseException, internal: object, where: object) -> str:
-    """``the rule built x (shape (2,)) at f.py:17 `x = ...`, ...`` for numpy's broadcast error
-    raised under a vmap rule, else "". ``where(filename, line)`` writes a portable location;
-    ``internal(filename)`` says whether a file is torch's or the suite's."""
-    shapes = broadcast_shapes(str(exc))
+def without_rule_lines(message: str) -> str:
+    """``message`` without the text ``built_at`` added to it (and the "; " before it)."""
+    return _BUILT_TEXT.sub("", message)
+
+
+def built_at(exc: BaseException, text: str, internal: object, where: object) -> str:
+    """``the rule built x (shape (2,)) at f.py:17: `x = ...`; ...`` for numpy's broadcast error
+    raised under a vmap rule, else "". ``text`` is the exception's message as the suite
+    read it (``textsafe.safe_str``: its ``__str__`` is the Function's and may raise, so it
+    is never called here); ``where(filename, line)`` writes a portable location;
+    ``internal(filename)`` says whether a file is torch's or the suite's. Nothing is said
+    when reading the rule's frame fails: the text only adds to a message already written.
+    """
+    shapes = broadcast_shapes(text)
     if not shapes:
         return ""
+    try:
+        return _built_at(exc, shapes, internal, where)
+    except Exception:  # noqa: BLE001 (a CaseTimeout or a KeyboardInterrupt goes on)
+        return ""
+
+
+def _built_at(
+    exc: BaseException, shapes: list[tuple[int, ...]], internal: object, where: object
+) -> str:
     found = _rule_frame(exc.__traceback__, internal)
     if found is None:
         return ""
@@ -117,17 +151,15 @@ def built_at(exc: BaseException, internal: object, where: object) -> str:
         if not lines:
             continue
         line, statement = max(lines)
+        statement = statement.replace("`", "'")  # the text's own quotes stay unambiguous
         snippet = statement if len(statement) <= 80 else statement[:77] + "..."
         here = where(frame.f_code.co_filename, line)  # type: ignore[operator]
         parts.append((line, f"{name} (shape {shape}) at {here}: `{snippet}`"))
     if not parts:
         return ""
-    text = "the rule built " + "; ".join(p for _, p in sorted(parts))
+    text = BUILT + "; ".join(p for _, p in sorted(parts))
     ranks = {len(sh) for sh in shapes}
     leading = {sh[0] for sh in shapes if sh}
     if len(ranks) > 1 and len(leading) == 1 and all(shapes):
-        text += (
-            " -- numpy lines up trailing dims, so the batch dim at the front of the operand "
-            "with fewer dims meets another dim: pad it with size-1 dims after its batch dim"
-        )
+        text += PAD_ADVICE
     return text

@@ -8,7 +8,10 @@ cause whichever check or sub-check met it: the key is what was raised and where 
 after ``the Function raised``), so a vmap rule that raises for one layout of its inputs is
 one group over ``vmap``, ``vmap_nested``, ``contract``, ``grad_of_vmap``... Other messages
 group across checks only when their text agrees: one wrong ``out_dims`` says ``Function
-under vmap`` in ``vmap`` and in ``vmap_nested`` alike.
+under vmap`` in ``vmap`` and in ``vmap_nested`` alike. The rule lines that built the
+operands of a numpy broadcast error (``harness.core.shape_origin``) are taken out too:
+which of the rule's locals match numpy's shapes differs from plan to plan, and the message
+keeps them.
 A timeout's cause is its check (``timeout in CHECK``): the frame a timer or a watchdog
 happened to stop it in says nothing about why it hangs, so the timeouts of one (entry,
 check) are one group.
@@ -25,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.core.results import BAD_STATUSES, TIMEOUT, CaseResult, internal_first
+from harness.core.shape_origin import without_rule_lines
 from harness.core.textsafe import visible
 
 #: Plan text inside a message: ``in_dims=(0, None)``, ``out_dims=-1``, ``B=4``, ``chunk=3``...
@@ -42,7 +46,7 @@ RAISED = "the Function raised "
 
 def cause_text(message: str, *, case_id: str = "", check: str = "", plan_id: str = "") -> str:
     """``message`` with its check, plan, ids and numbers taken out (see the module docstring)."""
-    text = message
+    text = without_rule_lines(message)
     if case_id:
         text = text.replace(case_id, "<case>")
     if plan_id:
