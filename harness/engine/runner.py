@@ -113,7 +113,15 @@ def run_case(
     worker), so state that changed since the previous case ended was changed by something
     else (a thread a Function started): put back, and said so without blaming this case.
     """
-    return _run_case(data, case, target=target, watch_between=watch_between)[0]
+    result, _last_hang.name = _run_case(data, case, target=target, watch_between=watch_between)
+    return result
+
+
+#: The staticmethod that was running when this thread's last ``run_case`` ran out of time
+#: (``name``; None when it did not): ``run_noted`` reads it after calling ``run_case``
+#: through this module, so that a wrapper of ``run_case`` (a benchmark's timer, a test's
+#: interrupt) still wraps every case a run runs.
+_last_hang = threading.local()
 
 
 def _run_case(
@@ -321,7 +329,10 @@ def run_noted(
     skipped = timed_out_twice(data, case, ledger, target)
     if skipped is not None:
         return skipped
-    r, hung_in = _run_case(data, case, target=target, watch_between=watch_between)
+    _last_hang.name = None
+    r = run_case(data, case, target=target, watch_between=watch_between)
+    hung_in: str | None = getattr(_last_hang, "name", None)
+    _last_hang.name = None
     ledger.note(r, hung_in, data.options.timeout_s or 0.0)
     return r
 
