@@ -110,9 +110,16 @@ def add_parsers(sub: Any) -> None:
         "unsupported or skipped); 130: interrupted.",
     )
     p.add_argument(
-        "target", metavar="TARGET", help="module:attr or path/file.py:attr of the Function"
+        "target",
+        nargs="*",
+        metavar="TARGET",
+        help="module:attr or path/file.py:attr of the Function (with --recorded: name "
+        "prefixes of recorded Functions, none for all)",
     )
     _add_target_options(p)
+    from harness.cli.check_recorded import add_recorded_options
+
+    add_recorded_options(p)
     add_common_options(p)
     p.add_argument(
         "--no-isolate",
@@ -157,6 +164,7 @@ def add_parsers(sub: Any) -> None:
         "target", nargs="?", metavar="TARGET", help="the user Function (as for afdb check)"
     )
     r.add_argument("--target", dest="target_opt", help=argparse.SUPPRESS)
+    add_recorded_options(r)
     r.add_argument(
         "--report",
         help="take seed, dtype, batch sizes and capabilities from a JSON report; a report of "
@@ -296,6 +304,18 @@ def print_check_summary(result: RunResult) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.recorded is not None:
+        from harness.cli.check_recorded import cmd_check_recorded
+
+        return cmd_check_recorded(args)
+    if args.declare:
+        raise CliError("--declare needs --recorded (for one Function, use its flags)")
+    if len(args.target) != 1:
+        raise CliError(
+            "name one TARGET (module:attr or path/file.py:attr), or check a recording with "
+            "--recorded [DIR]"
+        )
+    args.target = args.target[0]
     if getattr(args, "watch", False):
         from harness.cli.watch import run_watch
 
@@ -491,7 +511,11 @@ def cmd_repro(args: argparse.Namespace) -> int:
     spec = None
     recorded = md.get("target_spec")
     from_report = False
-    if recorded and not target_text:  # a report names code: it runs only if the user names it
+    if args.recorded is not None:  # a recorded Function: its entry from the recording
+        from harness.cli.check_recorded import repro_entry
+
+        entry, options = repro_entry(args, options)
+    elif recorded and not target_text:  # a report names code: it runs only if the user names it
         raise CliError(_name_it_yourself(args, recorded))
     if target_text:
         spec = spec_from_args(args, target_text)
@@ -504,7 +528,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 base_dir=os.getcwd(),
             )
             from_report = True
-    if spec is not None:
+    if args.recorded is not None:
+        pass
+    elif spec is not None:
         if from_report:
             options = options.replace(
                 batch_sizes=tuple(md.get("batch_sizes", options.batch_sizes)),

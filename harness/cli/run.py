@@ -171,13 +171,16 @@ def execute(
     summary: Callable[[RunResult], None] | None = None,
     known_entries: set[str] | None = None,
     adjust: Callable[[CaseResult], Any] | None = None,
+    before_reports: Callable[[RunResult], Any] | None = None,
 ) -> RunResult:
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
     ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
     ``summary`` replaces the default printed summary; ``known_entries`` are all the
     source's entry names (for telling a stale expectation from an unselected one);
-    ``adjust`` changes a copy of each result before the progress line counts it.
+    ``adjust`` changes a copy of each result before the progress line counts it;
+    ``before_reports`` sees the result once the expectations are applied, before the
+    reports are written (``afdb check --recorded`` adds its notes to messages there).
     """
     from harness.engine.metadata import run_metadata
     from harness.engine.runner import run_entries
@@ -277,6 +280,8 @@ def execute(
     )
     for warning in warnings:
         print(f"warning: {visible(warning)}", file=sys.stderr)
+    if before_reports is not None:
+        before_reports(result)
     failed = write_reports(result, args)
     (summary or print_summary)(result)
     if stopped:
