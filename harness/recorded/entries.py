@@ -154,11 +154,20 @@ def recorded_entry(
     if not function.calls:
         if function.skipped:
             first = function.skipped[0]
-            more = len(function.skipped) - 1
+            more = sum(int(getattr(s, "count", 1)) for s in function.skipped) - 1
             note = f"{first.reason} ({first.where})" if first.where else first.reason
-            if more:
+            if more > 0:
                 note += f"; and {more} more call{'s' if more > 1 else ''} not recordable"
             return RecordedEntry(function.target, NOT_RECORDABLE, note=note, **common)
+        under = int(getattr(function, "under_transform", 0) or 0)
+        if under and not function.nested_in:
+            return RecordedEntry(
+                function.target,
+                NOT_RECORDABLE,
+                note=f"called only under a torch.func transform ({under} calls; their "
+                "arguments are wrapped tensors): call it once outside a transform to record it",
+                **common,
+            )
         if function.nested_in:
             inside = ", ".join(function.nested_in)
             return RecordedEntry(

@@ -50,7 +50,7 @@ def _inputs_named(case: CaseResult) -> set[int]:
 
 
 def note_never_differentiated(result: RunResult, recorded: Sequence[RecordedEntry]) -> int:
-    """Append to each failing autodiff case that names an input no recorded call
+    """Prefix each failing autodiff case that names an input no recorded call
     differentiated: that no recorded call needs this gradient (the case stays failing: the
     gradient is still wrong, but the program may never ask for it). Returns how many."""
     never = {r.target: set(r.never_differentiated) for r in recorded if r.never_differentiated}
@@ -63,10 +63,10 @@ def note_never_differentiated(result: RunResult, recorded: Sequence[RecordedEntr
             continue
         which = ", ".join(map(str, hit))
         word = "argument" if len(hit) == 1 else "arguments"
-        case.message += (
-            f" [{NEEDS_NO_GRADIENT}: {word} {which} never had requires_grad in the recorded "
+        case.message = (
+            f"[{NEEDS_NO_GRADIENT}: {word} {which} never had requires_grad in the recorded "
             f"calls; if it is not meant to be differentiated, declare "
-            f"'{case.entry} nondiff-args={','.join(map(str, hit))}']"
+            f"'{case.entry} nondiff-args={','.join(map(str, hit))}'] {case.message}"
         )
         noted += 1
     return noted
@@ -81,8 +81,9 @@ def _fail_text(cases: Sequence[CaseResult]) -> str:
     causes = "one root cause" if len(groups) == 1 else plural(len(groups), "root cause")
     shown = ", ".join(checks[:6]) + (", ..." if len(checks) > 6 else "")
     extra = ""
-    if any(NEEDS_NO_GRADIENT in c.message for c in bad):
-        extra = f"; some in gradients {NEEDS_NO_GRADIENT}"
+    unneeded = sum(NEEDS_NO_GRADIENT in c.message for c in bad)
+    if unneeded:
+        extra = f"; {unneeded} in a gradient no recorded call needs"
     return f"FAIL: {plural(len(bad), 'case')} in {shown} ({causes}){extra}"
 
 
