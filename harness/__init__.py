@@ -28,12 +28,15 @@ _PUBLIC = {
     "check": "harness.api",
     "format_failures": "harness.api",
     "make_entry": "harness.entries",
+    "load_recording": "harness.recording",
 }
 
 __all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "recording":  # the subpackage, callable: harness.recording(DIR)
+        return importlib.import_module("harness.recording")
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'harness' has no attribute {name!r}")
@@ -43,4 +46,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+    return sorted(set(globals()) | set(_PUBLIC) | {"recording"})

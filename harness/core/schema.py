@@ -33,7 +33,7 @@ from harness.core.errors import UsageError
 from harness.core.results import BAD_STATUSES, SCHEMA, RunResult
 
 #: The shipped schemas, by the name of their file in harness/schemas/ (without .json).
-SCHEMA_NAMES = ("report", "certificate", "expectations", "durations")
+SCHEMA_NAMES = ("report", "certificate", "expectations", "durations", "recording")
 
 
 class ReportError(UsageError):

@@ -1,0 +1,426 @@
+"""The observer: every ``torch.autograd.Function.apply`` (and, for named namespaces, every
+``torch.library`` custom op) seen while a ``Recorder`` is active, kept as data.
+
+It wraps ``Function.apply`` (and ``OpOverload.__call__`` / ``OpOverloadPacket.__call__``
+when ops are named) for as long as the recorder is active and puts the originals back
+afterwards, also on an exception. The wrapper calls the original with the same arguments
+and returns what it returns (or lets its exception through): the program's results,
+exceptions and autograd graph are those of an unobserved run. Observing itself never
+raises into the program: a failure of the observer is named as the call's skip reason.
+
+Not recorded as samples: calls while a torch.func transform is active (their arguments
+are wrapped tensors; counted in ``under_transform``), calls made inside another observed
+Function's staticmethod or custom op (counted, and named in ``nested_in``), and calls made
+while the suite itself runs a check (frames of ``harness`` other than the CLI and this
+wing: not counted at all). torch's own Functions (``torch.*``) are not observed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+import torch
+
+from harness.core.errors import UsageError
+from harness.core.locations import location
+from harness.recording import store
+from harness.recording.values import NotRecordable, snapshot, stored
+
+_HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_METHODS = ("forward", "backward", "vjp", "jvp", "vmap", "setup_context")
+#: Distinct skip reasons kept per Function; more are counted under one reason.
+MAX_REASONS = 20
+
+_active_lock = threading.Lock()
+_UNSEEN: Any = object()  # a class not looked at yet
+_active: list[Recorder] = []
+
+
+@dataclass
+class _Seen:
+    """What one Function (or op) has seen so far."""
+
+    target: str
+    kind: str
+    legacy: bool
+    importable: bool
+    call_count: int = 0
+    under_transform: int = 0
+    nested_in: set[str] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)
+    calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
+    skipped: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def skip(self, reason: str, where: str, order: list[int]) -> None:
+        if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
+            reason = f"other calls not recorded (more than {MAX_REASONS} distinct reasons)"
+        have = self.skipped.get(reason)
+        if have is None:
+            self.skipped[reason] = {"reason": reason, "where": where, "count": 1, "order": order}
+        else:
+            have["count"] += 1
+
+
+def _is_legacy(cls: type) -> bool:
+    from torch.autograd.function import _is_setup_context_defined
+
+    return not _is_setup_context_defined(cls.setup_context)  # type: ignore[attr-defined]
+
+
+def _op_target(op: Any) -> tuple[str, str]:
+    """(namespace, ``torch.ops.ns.name[.overload]``) of an OpOverload or OpOverloadPacket."""
+    qualified = getattr(op, "_qualified_op_name", None) or op._schema.name
+    ns, _, name = qualified.partition("::")
+    overload = getattr(op, "_overloadname", "default") or "default"
+    target = f"torch.ops.{ns}.{name}" + ("" if overload == "default" else f".{overload}")
+    return ns, target
+
+
+class Recorder:
+    """Observes calls while active (``recording()`` enters and leaves it) and writes them.
+
+    ``classes`` maps each recorded target to the live class (for classes that cannot be
+    imported again, to be checked in this process). ``set_test`` tells it which pytest
+    item runs (its node id is then the calls' ``where``, its collection index their order).
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        *,
+        sources: tuple[str, ...] = (),
+        ops: tuple[str, ...] = (),
+        max_calls: int = 3,
+        tensor_limit: int = 16 << 20,
+        total_limit: int = 256 << 20,
+        program: str | None = None,
+    ) -> None:
+        if type(max_calls) is not int or max_calls < 1:
+            raise UsageError(f"max_calls {max_calls!r}: give a whole number >= 1")
+        for name, value in (("tensor_limit", tensor_limit), ("total_limit", total_limit)):
+            if type(value) is not int or value < 0:
+                raise UsageError(f"{name} {value!r}: give a number of bytes >= 0")
+        for ns in ops:
+            if not isinstance(ns, str) or not ns.isidentifier():
+                raise UsageError(f"ops {ns!r}: give a custom op namespace such as mylib")
+        for pkg in sources:
+            if not isinstance(pkg, str) or not all(p.isidentifier() for p in pkg.split(".")):
+                raise UsageError(f"sources {pkg!r}: give an importable package name such as mylib")
+        self.out_dir = Path(out_dir)
+        self.sources = tuple(sources)
+        self.ops = frozenset(ops)
+        self.max_calls = max_calls
+        self.tensor_limit = tensor_limit
+        self.total_limit = total_limit
+        self.program = program if program is not None else _default_program()
+        self.classes: dict[str, type] = {}
+        self._seen: dict[str, _Seen] = {}
+        self._by_class: dict[Any, _Seen | None] = {}
+        self._codes: dict[CodeType, str] = {}
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._stored = 0
+        self._test: tuple[str, int] | None = None
+        self._seq = 0
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._result: Any = None
+
+    # --- the pytest item -----------------------------------------------------------------
+
+    def set_test(self, nodeid: str | None, index: int = 0) -> None:
+        with self._lock:
+            self._test = (nodeid, index) if nodeid is not None else None
+            self._seq = 0
+
+    def _where_and_order(self, frame_where: str) -> tuple[str, list[int]]:
+        self._seq += 1
+        if self._test is not None:
+            return self._test[0], [self._test[1], self._seq]
+        current = os.environ.get("PYTEST_CURRENT_TEST")
+        if current:
+            return current.rsplit(" (", 1)[0], [0, self._seq]
+        return frame_where, [0, self._seq]
+
+    # --- installing ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        with _active_lock:
+            if _active:
+                raise UsageError(
+                    "a recording is already active in this process; finish it before starting another"
+                )
+            _active.append(self)
+        from torch.autograd.function import Function
+
+        self._patch(
+            Function, "apply", classmethod(self._wrap_apply(Function.__dict__["apply"].__func__))
+        )
+        if self.ops:
+            from torch._ops import OpOverload, OpOverloadPacket
+
+            for cls in (OpOverload, OpOverloadPacket):
+                self._patch(cls, "__call__", self._wrap_op(cls.__dict__["__call__"]))
+
+    def _patch(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, value)
+
+    def stop(self) -> None:
+        """Put every original back (in reverse order); safe to call twice."""
+        while self._saved:
+            owner, name, original = self._saved.pop()
+            setattr(owner, name, original)
+        with _active_lock:
+            if self in _active:
+                _active.remove(self)
+
+    def _wrap_apply(self, original: Any) -> Any:
+        recorder = self
+
+        def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            local = recorder._local
+            if not getattr(local, "busy", False):
+                local.busy = True
+                try:
+                    recorder._observe_function(cls, args, kwargs)
+                except Exception as e:  # the observer never breaks the program
+                    recorder._failed(cls, e)
+                finally:
+                    local.busy = False
+            return original(cls, *args, **kwargs)
+
+        apply.__wrapped__ = original  # type: ignore[attr-defined]
+        return apply
+
+    def _wrap_op(self, original: Any) -> Any:
+        recorder = self
+
+        def __call__(op: Any, /, *args: Any, **kwargs: Any) -> Any:
+            local = recorder._local
+            if getattr(local, "busy", False):
+                return original(op, *args, **kwargs)
+            try:
+                ns, target = _op_target(op)
+            except Exception:
+                return original(op, *args, **kwargs)
+            if ns not in recorder.ops:
+                return original(op, *args, **kwargs)
+            local.busy = True
+            try:
+                recorder._observe_op(target, args, kwargs)
+            except Exception as e:
+                recorder._failed(target, e)
+            finally:
+                local.busy = False
+            stack = getattr(local, "ops", None)
+            if stack is None:
+                stack = local.ops = []
+            stack.append(target)
+            try:
+                return original(op, *args, **kwargs)
+            finally:
+                stack.pop()
+
+        __call__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __call__
+
+    # --- observing -----------------------------------------------------------------------
+
+    def _register(self, cls: Any) -> _Seen | None:
+        module = getattr(cls, "__module__", "") or ""
+        if module == "torch" or module.startswith("torch."):
+            self._by_class[cls] = None
+            return None
+        qual = getattr(cls, "__qualname__", cls.__name__)
+        target = f"{module}:{qual}"
+        seen = self._seen.get(target)
+        if seen is None:
+            seen = self._seen[target] = _Seen(
+                target,
+                "function",
+                _is_legacy(cls),
+                module != "__main__" and "<locals>" not in qual,
+            )
+            self.classes[target] = cls
+        for name in _METHODS:
+            code = getattr(getattr(cls, name, None), "__code__", None)
+            if code is not None and not code.co_filename.startswith(_TORCH):
+                self._codes.setdefault(code, f"{target}.{name}")
+        self._by_class[cls] = seen
+        return seen
+
+    def _scan(self) -> tuple[bool, str | None, str]:
+        """Walk the caller's stack: (a suite check is running, the observed staticmethod
+        this call is inside, the caller's ``file:line``)."""
+        f = sys._getframe(3)
+        nested = None
+        where = ""
+        codes = self._codes
+        while f is not None:
+            code = f.f_code
+            name = code.co_filename
+            if name.startswith(_HARNESS):
+                if not name.startswith(_EXEMPT):
+                    return True, None, ""
+            elif not where and not name.startswith(_TORCH):
+                where = location(name, f.f_lineno)
+            if nested is None:
+                nested = codes.get(code)
+            f = f.f_back  # type: ignore[assignment]
+        return False, nested, where
+
+    def _observe_function(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        found: _Seen | None = self._by_class.get(cls, _UNSEEN)
+        if found is None:
+            return
+        suite, nested, frame_where = self._scan()
+        if suite:
+            return
+        with self._lock:
+            seen = self._register(cls) if found is _UNSEEN else found
+            if seen is None:
+                return
+            stack = getattr(self._local, "ops", None)
+            if nested is None and stack:
+                nested = stack[-1]
+            self._observe(seen, nested, frame_where, args, kwargs)
+
+    def _observe_op(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        suite, nested, frame_where = self._scan()
+        if suite:
+            return
+        with self._lock:
+            seen = self._seen.get(target)
+            if seen is None:
+                seen = self._seen[target] = _Seen(target, "custom_op", False, True)
+            stack = getattr(self._local, "ops", None)
+            if nested is None and stack:
+                nested = stack[-1]
+            self._observe(seen, nested, frame_where, args, kwargs)
+
+    def _observe(
+        self,
+        seen: _Seen,
+        nested: str | None,
+        frame_where: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        seen.call_count += 1
+        where, order = self._where_and_order(frame_where)
+        if torch._C._are_functorch_transforms_active():
+            seen.under_transform += 1
+            return
+        if nested is not None:
+            seen.nested_in.add(nested)
+            return
+        try:
+            snap = snapshot(args, kwargs)
+        except NotRecordable as e:
+            seen.skip(str(e), where, order)
+            return
+        if snap.key in seen.keys or len(seen.calls) >= self.max_calls:
+            return
+        for t in snap.tensors:
+            size = t.numel() * t.element_size()
+            if size > self.tensor_limit:
+                seen.skip(
+                    f"a tensor argument of {_mib(size)} is over the per-tensor limit of "
+                    f"{_mib(self.tensor_limit)} (--tensor-limit)",
+                    where,
+                    order,
+                )
+                return
+        if self._stored + snap.nbytes > self.total_limit:
+            seen.skip(
+                f"its tensors ({_mib(snap.nbytes)}) would take the recording over its total "
+                f"limit of {_mib(self.total_limit)} (--total-limit)",
+                where,
+                order,
+            )
+            return
+        nodes = store._tensor_nodes([snap.args, snap.kwargs])
+        copies = [stored(t, node) for t, node in zip(snap.tensors, nodes, strict=True)]
+        self._stored += snap.nbytes
+        seen.keys.add(snap.key)
+        call = {"where": where, "order": order, "args": snap.args, "kwargs": snap.kwargs}
+        seen.calls.append((call, copies))
+
+    def _failed(self, what: Any, error: Exception) -> None:
+        """The observer itself failed on a call: named as that call's skip reason."""
+        with self._lock:
+            target = what if isinstance(what, str) else None
+            seen = self._seen.get(target) if target else self._by_class.get(what)
+            if seen:
+                seen.skip(
+                    f"the recorder failed on this call ({type(error).__name__}: {error})",
+                    "",
+                    [0, 0],
+                )
+
+    # --- writing -------------------------------------------------------------------------
+
+    def limits(self) -> dict[str, int]:
+        return {
+            "max_calls": self.max_calls,
+            "tensor_limit": self.tensor_limit,
+            "total_limit": self.total_limit,
+        }
+
+    def document(self) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
+        """The recording so far, as the document and tensor files ``store.write`` writes."""
+        from harness.recording.packages import functions_in
+
+        with self._lock:
+            docs = []
+            files = {}
+            for seen in self._seen.values():
+                doc, tensors = store.function_doc(
+                    seen.target,
+                    seen.kind,
+                    seen.legacy,
+                    seen.importable,
+                    call_count=seen.call_count,
+                    under_transform=seen.under_transform,
+                    nested_in=sorted(seen.nested_in),
+                    skipped=list(seen.skipped.values()),
+                    calls=seen.calls,
+                )
+                docs.append(doc)
+                if doc["tensors"]:
+                    files[doc["tensors"]] = tensors
+            called = set(self._seen)
+        never = [t for t in functions_in(self.sources) if t not in called]
+        return store.document(self.program, self.limits(), never, docs), files
+
+    def write(self) -> None:
+        doc, files = self.document()
+        store.write(self.out_dir, doc, files)
+        self._result = None
+
+    def result(self) -> Any:
+        """The Recording written (as ``load_recording`` reads it back)."""
+        if self._result is None:
+            self._result = store.load_recording(self.out_dir)
+        return self._result
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _default_program() -> str:
+    from harness.core.locations import portable_argv
+
+    argv = portable_argv(list(sys.argv))
+    if argv and os.path.isabs(argv[0]):  # a script outside the working directory
+        argv[0] = ".../" + "/".join(Path(argv[0]).parts[-2:])
+    return " ".join(argv)

@@ -1,0 +1,174 @@
+"""A small reader and writer of the ``safetensors`` file format, strict on reading.
+
+Why our own: the format is simple (an 8-byte little-endian header length, a JSON header
+naming each tensor's dtype, shape and byte range, then the raw little-endian bytes), and
+reading it ourselves lets every declared size, offset and dtype be checked against the
+file before anything is allocated, with one line naming the tensor and the field that is
+wrong. Files written here are read by the ``safetensors`` package and the other way round
+(for the dtypes below). Nothing in a file is ever executed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.core.errors import UsageError
+
+#: safetensors' dtype names, and torch's dtype for each.
+DTYPES: dict[str, torch.dtype] = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "I32": torch.int32,
+    "I64": torch.int64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "C64": torch.complex64,
+}
+NAMES = {v: k for k, v in DTYPES.items()}
+
+#: A header larger than this is not one this suite writes (a few hundred bytes per tensor).
+MAX_HEADER = 16 << 20
+
+
+class TensorFileError(UsageError):
+    """A tensor file that is damaged, hostile or not in the safetensors format."""
+
+
+def dtype_name(dtype: torch.dtype) -> str | None:
+    """The safetensors name of ``dtype``, or None when the format has none."""
+    return NAMES.get(dtype)
+
+
+def encode(tensors: Mapping[str, torch.Tensor]) -> bytes:
+    """The bytes of a safetensors file holding ``tensors`` (contiguous copies, names sorted)."""
+    header: dict[str, Any] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {
+            "dtype": NAMES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+
+
+def _field(label: str, name: str, problem: str) -> TensorFileError:
+    return TensorFileError(f"{label}: tensor {name!r}: {problem}; not a tensor file afdb wrote")
+
+
+def decode(data: bytes, label: str) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file's bytes, every field checked against the file
+    (TensorFileError, one line naming ``label`` and the place) before anything is built."""
+    if len(data) < 8:
+        raise TensorFileError(f"{label}: {len(data)} bytes, too short for a tensor file")
+    (size,) = struct.unpack("<Q", data[:8])
+    if size > MAX_HEADER or 8 + size > len(data):
+        raise TensorFileError(
+            f"{label}: declares a header of {size} bytes but the file has {len(data)}; "
+            "a damaged or truncated tensor file"
+        )
+    try:
+        header = json.loads(data[8 : 8 + size].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise TensorFileError(f"{label}: header is not JSON ({e.__class__.__name__})") from None
+    if not isinstance(header, dict):
+        raise TensorFileError(f"{label}: header is not a JSON object")
+    body = memoryview(data)[8 + size :]
+    spans: list[tuple[int, int, str]] = []
+    out: dict[str, torch.Tensor] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise _field(label, name, "__metadata__ must map names to strings")
+            continue
+        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+            raise _field(label, name, "needs exactly dtype, shape and data_offsets")
+        dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+        if dtype is None:
+            raise _field(label, name, f"dtype {info['dtype']!r} is not one of {sorted(DTYPES)}")
+        shape = info["shape"]
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise _field(label, name, f"shape {shape!r} is not a list of sizes")
+        offsets = info["data_offsets"]
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(type(o) is int and o >= 0 for o in offsets)
+            or offsets[0] > offsets[1]
+        ):
+            raise _field(label, name, f"data_offsets {offsets!r} is not [begin, end]")
+        begin, end = offsets
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * itemsize
+        if end - begin != nbytes:
+            raise _field(
+                label,
+                name,
+                f"shape {shape} of {info['dtype']} needs {nbytes} bytes, "
+                f"data_offsets give {end - begin}",
+            )
+        if end > len(body):
+            raise _field(label, name, f"data_offsets end at {end}, past the {len(body)} data bytes")
+        spans.append((begin, end, name))
+        if nbytes == 0:
+            out[name] = torch.empty(shape, dtype=dtype)
+        else:
+            raw = torch.frombuffer(bytearray(body[begin:end]), dtype=torch.uint8)
+            out[name] = raw.view(dtype).reshape(shape)
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise _field(
+                label,
+                name,
+                f"data starts at byte {begin}, expected {position} "
+                "(tensors overlap or leave a gap)",
+            )
+        position = end
+    if position != len(body):
+        raise TensorFileError(
+            f"{label}: {len(body) - position} bytes after the last tensor; a damaged tensor file"
+        )
+    return out
+
+
+def read(path: Path, label: str, limit: int) -> dict[str, torch.Tensor]:
+    """The tensors of the regular file ``path`` (at most ``limit`` bytes), checked."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise TensorFileError(f"{label}: cannot read ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TensorFileError(f"{label}: not a regular file")
+        if st.st_size > limit:
+            raise TensorFileError(
+                f"{label}: {st.st_size} bytes, over the {limit}-byte limit of a recording"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    return decode(data, label)

@@ -1,0 +1,249 @@
+"""Arguments of a call as data: a JSON tree with the tensors beside it, and back.
+
+One node per value, a one-key object naming its kind: ``{"none": null}``, ``{"bool": b}``,
+``{"int": i}``, ``{"float": x}`` (``"nan"``, ``"inf"``, ``"-inf"`` as strings: JSON has no
+such numbers), ``{"str": s}``, ``{"dtype": "float32"}``, ``{"device": "cpu"}``,
+``{"tuple": [...]}``, ``{"list": [...]}``, ``{"dict": [[key, node], ...]}`` (string keys,
+in the call's order) and ``{"tensor": {...}}`` with its dtype, shape, ``requires_grad``,
+device, and where the call's tensor was not contiguous its ``strides`` (or ``expand``: the
+stride-0 dims of an expanded tensor, stored once). Anything else is not recordable and
+says why (``NotRecordable``), naming the argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.recording.tensorfile import DTYPES, dtype_name
+
+#: Containers nest at most this deep, hold at most this many items; strings this long.
+MAX_DEPTH = 16
+MAX_ITEMS = 10_000
+MAX_STR = 10_000
+#: A restored non-contiguous tensor may span at most this many bytes of storage.
+MAX_STORAGE = 1 << 30
+
+_DTYPE_BY_NAME = {str(d).removeprefix("torch."): d for d in DTYPES.values()}
+_ALL_DTYPES = {
+    str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)
+}
+
+
+class NotRecordable(Exception):
+    """An argument that cannot be kept as data; the message is the reason."""
+
+
+@dataclass
+class Snapshot:
+    """The arguments of one call: JSON nodes (tensors by position in ``tensors``), the live
+    tensors they refer to (not yet copied), their total bytes, and the key of the call."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    tensors: list[torch.Tensor]
+    nbytes: int
+    key: str
+
+
+def _kind_name(value: Any) -> str:
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _at(path: str) -> str:
+    return f"argument {path}"
+
+
+def _non_overlapping(shape: list[int], strides: list[int]) -> bool:
+    """Whether no two elements of (shape, strides) share memory (size-1 dims ignored)."""
+    dims = sorted((st, n) for n, st in zip(shape, strides) if n > 1)
+    reach = 0
+    for st, n in dims:
+        if st <= reach:
+            return False
+        reach += (n - 1) * st
+    return True
+
+
+def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor]) -> dict[str, Any]:
+    if type(t) not in (torch.Tensor, torch.nn.Parameter):
+        raise NotRecordable(
+            f"{_at(path)} is a `{_kind_name(t)}` (a tensor subclass): not recordable"
+        )
+    if t.layout != torch.strided:
+        raise NotRecordable(f"{_at(path)} is a {t.layout} tensor: not recordable (strided only)")
+    if t.device.type == "meta":
+        raise NotRecordable(f"{_at(path)} is a meta tensor (no data): not recordable")
+    name = dtype_name(t.dtype)
+    if name is None:
+        raise NotRecordable(
+            f"{_at(path)} is a {t.dtype} tensor: not recordable (no such dtype in safetensors)"
+        )
+    shape = list(t.shape)
+    node: dict[str, Any] = {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": shape,
+        "requires_grad": bool(t.requires_grad),
+        "device": str(t.device),
+    }
+    if not t.is_contiguous() and t.numel() > 1:
+        strides = list(t.stride())
+        expand = [i for i, (n, st) in enumerate(zip(shape, strides)) if st == 0 and n > 1]
+        if expand:
+            node["expand"] = expand
+        elif _non_overlapping(shape, strides):
+            node["strides"] = strides
+    node["index"] = len(tensors)
+    tensors.append(t)
+    return {"tensor": node}
+
+
+def _node(value: Any, path: str, depth: int, tensors: list[torch.Tensor]) -> Any:
+    if depth > MAX_DEPTH:
+        raise NotRecordable(
+            f"{_at(path)} nests containers more than {MAX_DEPTH} deep: not recordable"
+        )
+    if isinstance(value, torch.Tensor):
+        return _tensor_node(value, path, tensors)
+    if value is None:
+        return {"none": None}
+    t = type(value)
+    if t is bool:
+        return {"bool": value}
+    if t is int:
+        return {"int": value}
+    if t is float:
+        return {"float": value if math.isfinite(value) else repr(value)}
+    if t is str:
+        if len(value) > MAX_STR:
+            raise NotRecordable(
+                f"{_at(path)} is a string of {len(value)} characters: over {MAX_STR}"
+            )
+        return {"str": value}
+    if t is torch.dtype:
+        return {"dtype": str(value).removeprefix("torch.")}
+    if t is torch.device:
+        return {"device": str(value)}
+    if t in (tuple, list, torch.Size):
+        if len(value) > MAX_ITEMS:
+            raise NotRecordable(f"{_at(path)} holds {len(value)} items: over {MAX_ITEMS}")
+        items = [_node(v, f"{path}[{i}]", depth + 1, tensors) for i, v in enumerate(value)]
+        return {"list" if t is list else "tuple": items}
+    if t is dict:
+        if len(value) > MAX_ITEMS:
+            raise NotRecordable(f"{_at(path)} holds {len(value)} items: over {MAX_ITEMS}")
+        out = []
+        for k, v in value.items():
+            if type(k) is not str:
+                raise NotRecordable(
+                    f"{_at(path)} is a dict with a `{_kind_name(k)}` key: not recordable (str keys only)"
+                )
+            out.append([k, _node(v, f"{path}[{k!r}]", depth + 1, tensors)])
+        return {"dict": out}
+    raise NotRecordable(f"{_at(path)} is a `{_kind_name(value)}`: not recordable")
+
+
+def snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Snapshot:
+    """The call's arguments as nodes; NotRecordable (the reason) for the first that is not."""
+    tensors: list[torch.Tensor] = []
+    nodes = [_node(a, str(i), 0, tensors) for i, a in enumerate(args)]
+    knodes = {k: _node(v, k, 0, tensors) for k, v in kwargs.items()}
+    key = json.dumps([nodes, knodes], separators=(",", ":"))
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    return Snapshot(nodes, knodes, tensors, nbytes, key)
+
+
+def stored(t: torch.Tensor, node: dict[str, Any]) -> torch.Tensor:
+    """The detached copy of ``t`` that goes into the tensor file (expanded dims once)."""
+    base = t.detach()
+    for d in node.get("expand", ()):
+        base = base.narrow(d, 0, 1)
+    return base.to("cpu", copy=True).contiguous()
+
+
+# --- back from data ----------------------------------------------------------------------
+
+
+class BadNode(Exception):
+    """A node that is not what this module writes; the message names the problem."""
+
+
+def stored_shape(node: dict[str, Any]) -> list[int]:
+    """The shape the tensor file holds for a tensor node."""
+    shape = list(node["shape"])
+    for d in node.get("expand", ()):
+        shape[d] = 1
+    return shape
+
+
+def restore_tensor(node: dict[str, Any], data: torch.Tensor) -> torch.Tensor:
+    """The call's tensor from its node and the file's data (checked: BadNode)."""
+    dtype = _DTYPE_BY_NAME.get(node["dtype"])
+    if dtype is None or data.dtype != dtype:
+        raise BadNode(f"dtype {node['dtype']!r} but the tensor file holds {data.dtype}")
+    shape = list(node["shape"])
+    if list(data.shape) != stored_shape(node):
+        raise BadNode(f"shape {shape} but the tensor file holds {list(data.shape)}")
+    expand = node.get("expand", [])
+    if any(not 0 <= d < len(shape) or shape[d] < 2 for d in expand) or len(set(expand)) != len(
+        expand
+    ):
+        raise BadNode(f"expand {expand} does not name dims of size > 1 of shape {shape}")
+    strides = node.get("strides")
+    if expand:
+        out = data.expand(shape)
+    elif strides is not None:
+        if len(strides) != len(shape) or not _non_overlapping(shape, strides):
+            raise BadNode(f"strides {strides} do not fit shape {shape} without overlap")
+        span = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if data.numel() else 0
+        if span * data.element_size() > MAX_STORAGE:
+            raise BadNode(f"strides {strides} span more than {MAX_STORAGE} bytes")
+        out = torch.empty_strided(shape, strides, dtype=dtype)
+        with torch.no_grad():
+            out.copy_(data)
+    else:
+        out = data.clone()
+    device = node["device"]
+    if device != "cpu":
+        # recorded on a device this machine lacks: the data stays on the CPU
+        with contextlib.suppress(RuntimeError, AssertionError):
+            out = out.to(device)
+    if node["requires_grad"]:
+        if not (dtype.is_floating_point or dtype.is_complex):
+            raise BadNode(f"requires_grad on a {node['dtype']} tensor")
+        out = out.detach().requires_grad_(True)
+    return out
+
+
+def restore(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The value of a (schema-valid) node; tensors by their name in the file."""
+    ((kind, value),) = node.items()
+    if kind == "none":
+        return None
+    if kind in ("bool", "int", "str"):
+        return value
+    if kind == "float":
+        return float(value)
+    if kind == "dtype":
+        if value not in _ALL_DTYPES:
+            raise BadNode(f"{value!r} is not a torch dtype")
+        return _ALL_DTYPES[value]
+    if kind == "device":
+        try:
+            return torch.device(value)
+        except RuntimeError:
+            raise BadNode(f"{value!r} is not a torch device") from None
+    if kind in ("tuple", "list"):
+        items = [restore(v, tensors) for v in value]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {k: restore(v, tensors) for k, v in value}
+    if kind == "tensor":
+        return restore_tensor(value, tensors[value["name"]])
+    raise BadNode(f"unknown kind {kind!r}")
