@@ -9,13 +9,12 @@ usage errors (one line, exit 2).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 from harness.cli.main import main
 from harness.core.errors import UsageError
+from harness.core.schema import read_report
 from harness.recorded.declare import parse_declaration, parse_declarations
 from harness.recording import recording
 from harness.recording.model import RecordedCall, RecordedFunction, Recording, SkippedCall
@@ -85,7 +84,7 @@ def test_a_straight_through_gradient_fails_undeclared_and_passes_declared(tmp_pa
     assert main(["check", "--recorded", out, *FAST, "--declare", f"{target} gradient=custom"]) == 0
     text = capsys.readouterr().out
     assert f"  {target}  conforms (" in text
-    assert "1 Function called from 1 place; 1 checked (1 conform, 0 fail)" in text
+    assert "1 Function called by 1 test; 1 checked (1 conform, 0 fail)" in text
 
 
 def _mul_calls(cls, w_grad: bool):
@@ -101,7 +100,7 @@ def test_a_failing_gradient_no_recorded_call_needs_is_named(tmp_path, capsys):
     assert main(["check", "--recorded", out, *FAST, "--json", str(report)]) == 1
     text = capsys.readouterr().out
     assert "in a gradient no recorded call needs" in text
-    cases = [json.loads(line) for line in report.read_text().splitlines()[1:]]
+    cases = read_report(str(report))["cases"]
     failing = [c for c in cases if c.get("status") == "fail"]
     assert failing and all(
         c["message"].startswith("[no recorded call needs this gradient: argument 1 never had")
@@ -183,7 +182,9 @@ def test_functions_that_cannot_be_checked_are_listed_with_the_reason(capsys):
             _function("m:Weird", skipped=(SkippedCall("argument 1 is a `m.Config`", "t::b"),)),
             _function("m:Inner", nested_in=("m:Outer.forward",)),
             _function("m:Vmapped", under_transform=4),
-            RecordedFunction("t:f.<locals>.F", "function", False, False, (), 1),
+            RecordedFunction(
+                "t:f.<locals>.F", "function", False, False, (RecordedCall((x,), {}, "t::c"),), 1
+            ),
         ),
         never_called=("m:Unused",),
     )
@@ -200,7 +201,7 @@ def test_functions_that_cannot_be_checked_are_listed_with_the_reason(capsys):
     assert "checked only in the recording process" in lines["t:f.<locals>.F"]
     assert lines["m:Unused"] == "never called"
     assert (
-        "5 Functions called by 1 test; 1 checked (1 conform, 0 fail); 2 not recordable; "
+        "5 Functions called by 3 tests; 1 checked (1 conform, 0 fail); 2 not recordable; "
         "1 not importable here; 1 only called inside another Function; 1 never called"
     ) in text
 

@@ -140,6 +140,9 @@ def check_recording(
     from harness.recorded.verdicts import note_never_differentiated, summary_sentence, verdicts
 
     directory = args.recorded or DEFAULT_DIR
+    from harness.core.locations import portable_path
+
+    shown = portable_path(directory)
     if recording is None:
         from harness.recording import load_recording
 
@@ -165,15 +168,15 @@ def check_recording(
     args.case_prefixes = case_prefixes(entries, [p for p in args.target or () if "/" in p])
     show = lines or _print_lines
     if not args.quiet:
-        what = getattr(recording, "program", "") or directory
+        what = getattr(recording, "program", "") or shown
         print(
-            f"afdb check --recorded {visible(directory, keep_newlines=False)}: "
+            f"afdb check --recorded {visible(shown, keep_newlines=False)}: "
             f"{len(recorded)} Function{'s' if len(recorded) != 1 else ''} recorded from "
             f"{visible(what, keep_newlines=False)}, {len(entries)} to check"
         )
         if options.batch_size_note:
             print(f"batch sizes: {options.batch_size_note}")
-    target = RecordedTarget(directory, tuple(d.text for d in declarations.values()))
+    target = RecordedTarget(shown, tuple(d.text for d in declarations.values()))
     result: RunResult | None = None
     if entries:
 
@@ -198,7 +201,7 @@ def check_recording(
         print("nothing checked: the recording holds no Function that can be checked here")
         return 5, None, found
     status = run_status(result, args)
-    closing_lines(result, args, status, rerun_command=f"afdb check --recorded {directory}")
+    closing_lines(result, args, status, rerun_command=f"afdb check --recorded {shown}")
     return status, result, found
 
 

@@ -147,7 +147,12 @@ def recorded_entry(
     common: dict[str, Any] = {
         "legacy": bool(function.legacy),
         "call_count": int(function.call_count),
-        "places": tuple(dict.fromkeys(c.where for c in function.calls if c.where)),
+        "places": tuple(
+            dict.fromkeys(
+                [c.where for c in function.calls if c.where]
+                + [s.where for s in function.skipped if s.where]
+            )
+        ),
         "declaration": decl,
         "nested_in": tuple(function.nested_in),
     }
