@@ -24,7 +24,7 @@ from harness.recorded.entries import (
 )
 
 #: Where the legacy-style advice lives (a line per legacy Function points there).
-LEGACY_DOC = "docs/recording.md#legacy-functions"
+LEGACY_DOC = "docs/legacy-and-custom-ops.md"
 #: Checks about batching only: their messages name arguments, never gradients.
 _BATCHING = frozenset(
     {"vmap", "vmap_nested", "vmap_chunked", "vmap_hazard", "vmap_fallback", "contract"}
