@@ -17,6 +17,8 @@ environment, the user's own projects included. It therefore:
 * records, in the pytest-xdist controller of ``afdb run -n`` / ``afdb check``, the item
   a dying worker was running (``harness.engine.parallel`` reads ``crashed.jsonl``; its
   generated conftest does the same when plugin autoloading is off);
+* records, with ``--afdb-record[=DIR]``, every autograd.Function call of the session
+  (``harness.recording.pytest_session``, imported only when the flag is given);
 * with ``--afdb``, records the session and checks every Function it called at its end
   (``harness.pytest_afdb``, imported only when the flag is given).
 """
@@ -117,6 +119,37 @@ def _add_check_options(parser: pytest.Parser) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("afdb", "autograd-function-db")
+    group.addoption(
+        "--afdb-record",
+        nargs="?",
+        const=".afdb/recorded",
+        default=None,
+        metavar="DIR",
+        help="record every autograd.Function call of the session to DIR (default "
+        ".afdb/recorded; write --afdb-record=DIR: a bare word after it is taken as DIR)",
+    )
+    group.addoption(
+        "--afdb-source",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="with --afdb-record: also list the Functions of package PKG that no test called",
+    )
+    group.addoption(
+        "--afdb-ops",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="with --afdb-record: also record the torch.library custom ops of namespace NS",
+    )
+    group.addoption(
+        "--afdb-max-calls",
+        type=int,
+        default=3,
+        metavar="K",
+        help="with --afdb-record: distinct calls kept per Function (default 3)",
+    )
     _add_check_options(parser)
 
 
@@ -137,6 +170,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.pluginmanager.register(_NothingChecked(), "afdb-nothing-checked")
     _configure_check(config)
+    record = config.getoption("afdb_record", None)
+    if record:  # only now do torch and the harness load
+        from harness.recording.pytest_session import RecordingSession
+
+        config.pluginmanager.register(RecordingSession(config, record), "afdb-recording")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "harness.cli.check",
     "harness.cli.merge",
     "harness.cli.certify",
+    "harness.cli.record",
 )
 
 

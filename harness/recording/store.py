@@ -80,11 +80,24 @@ def call_key(call: dict[str, Any]) -> str:
     return json.dumps(nodes, separators=(",", ":"), sort_keys=True)
 
 
-def _prepare_dir(out_dir: Path) -> Path:
+def check_target(out_dir: Path) -> None:
+    """Refuse (UsageError) a place a recording must not be written: a file, or a folder
+    that holds other things than a recording (a mistyped ``-o src``, or
+    ``--afdb-record tests/`` meant as the tests to run)."""
+    shown = portable_path(str(out_dir))
     if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(
-            f"{portable_path(str(out_dir))}: exists and is not a folder; give a folder"
-        )
+        raise UsageError(f"{shown}: exists and is not a folder; give a folder for the recording")
+    if out_dir.is_dir() and not (out_dir / INDEX).exists():
+        other = sorted(p.name for p in out_dir.iterdir() if p.name not in (".parts", TENSOR_DIR))
+        if other:
+            raise UsageError(
+                f"{shown}: a folder that is not a recording (it holds {other[0]!r}); give a "
+                "new or empty folder (with pytest: --afdb-record=DIR, the = is needed)"
+            )
+
+
+def _prepare_dir(out_dir: Path) -> Path:
+    check_target(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tdir = out_dir / TENSOR_DIR
     if tdir.is_symlink() or (tdir.exists() and not tdir.is_dir()):
