@@ -515,6 +515,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
         from harness.cli.check_recorded import repro_entry
 
         entry, options = repro_entry(args, options)
+        from harness.cli.check_recorded import RecordedTarget
+        from harness.core.locations import portable_path
+
+        spec = RecordedTarget(portable_path(args.recorded), tuple(args.declare or ()))
     elif recorded and not target_text:  # a report names code: it runs only if the user names it
         raise CliError(_name_it_yourself(args, recorded))
     if target_text:
@@ -529,7 +533,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
             )
             from_report = True
     if args.recorded is not None:
-        pass
+        pass  # the entry and options from the recording, above
     elif spec is not None:
         if from_report:
             options = options.replace(

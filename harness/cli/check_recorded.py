@@ -31,6 +31,8 @@ class RecordedTarget:
 
     directory: str
     declarations: tuple[str, ...] = ()
+    #: How a repro script knows to read the recording (harness.repro.script).
+    recorded: bool = True
 
     def cli_args(self) -> list[str]:
         args = ["--recorded", self.directory]
