@@ -508,7 +508,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         options = options.replace(
             nested_batch_sizes=parse_int_list(args.nested_batch_sizes, "--nested-batch-sizes")
         )
-    spec = None
+    spec: Any = None
     recorded = md.get("target_spec")
     from_report = False
     if args.recorded is not None:  # a recorded Function: its entry from the recording
