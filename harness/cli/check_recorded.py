@@ -234,6 +234,21 @@ def cmd_check_recorded(args: argparse.Namespace) -> int:
     return status
 
 
+def check_after_record(
+    directory: str, recording: Any, classes: Mapping[str, Any], declarations: Sequence[str]
+) -> int:
+    """``afdb record --check``: the recording checked in the recording process."""
+    from harness.cli.main import build_parser
+
+    argv = ["check", "--recorded", directory]
+    for line in declarations:
+        argv += ["--declare", line]
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    status, _, _ = check_recording(args, recording=recording, classes=classes)
+    return status
+
+
 def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Options]:
     """``afdb repro CASE_ID --recorded DIR``: the case's entry and the run's batch sizes."""
     from harness.recording import load_recording

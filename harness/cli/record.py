@@ -104,6 +104,19 @@ def add_parsers(sub: Any) -> None:
         metavar="SCRIPT.py [ARGS]",
         help="or run a script as `python SCRIPT.py ARGS` does",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="then check every recorded Function in this process, with the live classes (so "
+        "those defined in __main__ or a function are checked too); -m pytest: as pytest --afdb",
+    )
+    p.add_argument(
+        "--declare",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="with --check: what one Function's class cannot say (as afdb check --declare)",
+    )
     p.set_defaults(func=cmd_record)
 
 
@@ -179,6 +192,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         extra = [f"--afdb-record={out_dir}", f"--afdb-max-calls={args.max_calls}"]
         extra += [f"--afdb-source={s}" for s in args.source]
         extra += [f"--afdb-ops={n}" for n in args.ops]
+        if getattr(args, "check", False):  # pytest --afdb: the check at the session's end
+            extra += ["--afdb", *(f"--afdb-declare={line}" for line in args.declare)]
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             extra = ["-p", "afdb_pytest_plugin", *extra]
         if args.tensor_limit != 16 << 20 or args.total_limit != 256 << 20:
@@ -205,10 +220,15 @@ def cmd_record(args: argparse.Namespace) -> int:
                 tensor_limit=args.tensor_limit,
                 total_limit=args.total_limit,
                 program=program,
-            ):
+            ) as recorder:
                 status = run_program(module, script, argv)
         except UsageError:
             raise
         rec = load_recording(out_dir)
         print(summary_line(rec, out_dir), file=sys.stderr)
+        if getattr(args, "check", False):
+            from harness.cli.check_recorded import check_after_record
+
+            checked = check_after_record(str(out_dir), rec, recorder.classes, args.declare)
+            return status if status else checked
     return status
