@@ -116,7 +116,8 @@ class RecordedCheckSession:
         if result is not None:
             from harness.reports.grouping import failure_groups, terminal_lines
 
-            self.details = terminal_lines(failure_groups(result.cases), limit=10)
+            groups = failure_groups(result.cases)
+            self.details = terminal_lines(groups, limit=10, message_chars=300, message_lines=1)
         self.written = list(getattr(args, "written", []))
         self.failing = status not in (0, 5)
         if self.config.getoption("afdb_report_only", False):
