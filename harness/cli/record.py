@@ -119,6 +119,19 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(func=cmd_record)
 
+    p = sub.add_parser(
+        "recording",
+        help="validate a recording and list what it holds",
+        description="Read a recording (validated: a damaged or hostile one is one line, exit "
+        "2) and print one line per Function: its calls kept, calls seen, calls not recorded "
+        "and why, where it was called inside another Function; then the Functions of the "
+        "named sources never called.",
+    )
+    p.add_argument(
+        "dir", nargs="?", default=DEFAULT_DIR, metavar="DIR", help=f"default {DEFAULT_DIR}"
+    )
+    p.set_defaults(func=cmd_recording)
+
 
 def _program(args: argparse.Namespace) -> tuple[str | None, str | None, list[str]]:
     """(module, script, its arguments), or CliError naming what is missing."""
@@ -232,3 +245,15 @@ def cmd_record(args: argparse.Namespace) -> int:
             checked = check_after_record(str(out_dir), rec, recorder.classes, args.declare)
             return status if status else checked
     return status
+
+
+def cmd_recording(args: argparse.Namespace) -> int:
+    from harness.core.textsafe import visible
+    from harness.recording import load_recording
+    from harness.recording.summary import describe, summary_line
+
+    rec = load_recording(args.dir)
+    for line in describe(rec):
+        print(visible(line, keep_newlines=False))
+    print(summary_line(rec, args.dir))
+    return 0

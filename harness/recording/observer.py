@@ -187,15 +187,24 @@ class Recorder:
 
         def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
             local = recorder._local
-            if not getattr(local, "busy", False):
-                local.busy = True
-                try:
-                    recorder._observe_function(cls, args, kwargs)
-                except Exception as e:  # the observer never breaks the program
-                    recorder._failed(cls, e)
-                finally:
-                    local.busy = False
-            return original(cls, *args, **kwargs)
+            if getattr(local, "busy", False):
+                return original(cls, *args, **kwargs)
+            local.busy = True
+            try:
+                recorder._observe_function(cls, args, kwargs)
+            except Exception as e:  # the observer never breaks the program
+                recorder._failed(cls, e)
+            finally:
+                local.busy = False
+            if not torch._C._are_functorch_transforms_active():
+                return original(cls, *args, **kwargs)
+            # Under a transform torch calls apply again at the level below, on unwrapped
+            # tensors: that is this call, already counted, not another one.
+            local.busy = True
+            try:
+                return original(cls, *args, **kwargs)
+            finally:
+                local.busy = False
 
         apply.__wrapped__ = original  # type: ignore[attr-defined]
         return apply
@@ -259,10 +268,10 @@ class Recorder:
 
     def _scan(self) -> tuple[bool, str | None, str]:
         """Walk the caller's stack: (a suite check is running, the observed staticmethod
-        this call is inside, the caller's ``file:line``)."""
+        this call is inside, the ``file:line`` it was called from)."""
         f = sys._getframe(3)
         nested = None
-        where = ""
+        caller = main = None
         codes = self._codes
         while f is not None:
             code = f.f_code
@@ -270,12 +279,17 @@ class Recorder:
             if name.startswith(_HARNESS):
                 if not name.startswith(_EXEMPT):
                     return True, None, ""
-            elif not where and not name.startswith(_TORCH):
-                where = location(name, f.f_lineno)
+            elif not name.startswith(_TORCH):
+                caller = caller or f
+                if main is None and f.f_globals.get("__name__") == "__main__":
+                    main = f
             if nested is None:
                 nested = codes.get(code)
             f = f.f_back  # type: ignore[assignment]
-        return False, nested, where
+        # the line of the program's own script when it is on the stack (a library's
+        # public function called from it: the script's line), else the direct caller
+        at = main or caller
+        return False, nested, location(at.f_code.co_filename, at.f_lineno) if at else ""
 
     def _observe_function(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         found: _Seen | None = self._by_class.get(cls, _UNSEEN)

@@ -23,3 +23,22 @@ def summary_line(rec: Recording, out_dir: str | Path) -> str:
     if rec.never_called:
         line += f"; {_n(len(rec.never_called), 'Function')} of the named sources never called"
     return line
+
+
+def describe(rec: Recording) -> list[str]:
+    """One line per Function (and per Function never called) of a recording."""
+    lines = []
+    for f in rec.functions:
+        kind = "custom op" if f.kind == "custom_op" else ("legacy" if f.legacy else "Function")
+        text = f"{f.target} ({kind}): {_n(len(f.calls), 'call')} kept of {f.call_count} seen"
+        if not f.importable:
+            text += "; not importable (defined in __main__ or inside a function)"
+        if f.under_transform:
+            text += f"; {f.under_transform} under a torch.func transform"
+        if f.nested_in:
+            text += "; called inside " + ", ".join(f"`{n}`" for n in f.nested_in)
+        for s in f.skipped:
+            text += f"; {_n(s.count, 'call')} not recorded: {s.reason} (first at {s.where})"
+        lines.append(text)
+    lines.extend(f"{t}: never called" for t in rec.never_called)
+    return lines
