@@ -107,7 +107,7 @@ class RecordedCheckSession:
             out = _Lines(show, {f.target for f in recording.functions})
             got: list[str] = []
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                status, result, found = _check(args, recording, classes, got.extend)
+                status, result, found = _check(args, recording, classes, got.extend, tty)
         except UsageError as e:
             self.problem = str(e)
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -146,10 +146,14 @@ class RecordedCheckSession:
             )
 
 
-def _check(args: argparse.Namespace, recording: Any, classes: dict[str, Any], lines: Any) -> Any:
+def _check(
+    args: argparse.Namespace, recording: Any, classes: dict[str, Any], lines: Any, tty: bool
+) -> Any:
     from harness.cli.check_recorded import check_recording
 
-    return check_recording(args, recording=recording, classes=classes, lines=lines)
+    return check_recording(
+        args, recording=recording, classes=classes, lines=lines, progress=bool(tty)
+    )
 
 
 __all__ = ["RecordedCheckSession", "check_argv"]

@@ -231,3 +231,22 @@ def test_a_class_that_cannot_be_imported_is_checked_with_the_live_class(capsys):
         args.argv = ["check"]
         status, _, _ = check_recording(args, recording=rec, classes={target: live})
         assert status == want, capsys.readouterr().out
+
+
+def test_progress_lines_only_when_asked_for_a_terminal(capsys):
+    from harness.cli.check_recorded import check_recording
+    from harness.cli.main import build_parser
+
+    x = _x(5, 7, grad=True)
+    rec = Recording(
+        (_function("tests.recorded_functions:Mul", [RecordedCall((x, x * 2), {}, "t")]),)
+    )
+    for progress, shown in ((True, True), (False, False), (None, False)):  # None: not a tty here
+        args = build_parser().parse_args(
+            ["check", "--recorded", "x", "--checks", "vmap", "-n", "0"]
+        )
+        args.argv = ["check"]
+        check_recording(args, recording=rec, progress=progress)
+        out = capsys.readouterr().out
+        assert ("tests.recorded_functions:Mul: " in out) == shown, out
+        assert "tests.recorded_functions:Mul  conforms (" in out

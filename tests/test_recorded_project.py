@@ -133,10 +133,14 @@ def test_afdb_record_then_check_recorded(project: Path):
     # the same recording with the bugs gone (the classes are imported again), one Function
     # selected by a case id prefix: only its vmap cases run, and they conform
     prefix = "softlib.functions:ScaledTanh/vmap"
-    fixed = run(project, afdb, "check", "--recorded", ".afdb/recorded", prefix)
+    fixed = run(project, afdb, "check", "--recorded", ".afdb/recorded", prefix, "--json", "f.json")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert "ScaledTanh: " in fixed.stdout and "SoftClamp" not in fixed.stdout
+    assert "SoftClamp" not in fixed.stdout
     assert verdict(fixed.stdout, "ScaledTanh").startswith("conforms (")
+    ran = {(c["entry"], c["check"]) for c in read_report(str(project / "f.json"))["cases"]}
+    assert ran == {("softlib.functions:ScaledTanh", "vmap")}
+    # not a terminal: no progress lines (`ENTRY: N pass (... in cases)`), only the verdicts
+    assert "in cases)" not in checked.stdout + fixed.stdout
 
 
 def test_xdist_workers_are_checked_in_the_controller(project: Path):

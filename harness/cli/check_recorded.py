@@ -130,18 +130,21 @@ def check_recording(
     recording: Any = None,
     classes: Mapping[str, Any] | None = None,
     lines: Callable[[list[str]], None] | None = None,
+    progress: bool | None = None,
 ) -> tuple[int, RunResult | None, list[Any]]:
     """Run the recorded check; return the exit status, the result and the verdicts.
 
     ``recording`` is a loaded one (else ``args.recorded`` is read); ``classes`` the live
     classes of the recording process (its non-importable ones are checked with them);
-    ``lines`` receives the per-Function lines and the summary sentence (default: printed).
+    ``lines`` receives the per-Function lines and the summary sentence (default: printed);
+    ``progress``: one line per Function as its cases finish (default: on a terminal only).
     """
     from harness.cli.run import closing_lines, controller_threads, execute, run_status
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
     from harness.recorded.verdicts import note_never_differentiated, summary_sentence, verdicts
 
     directory = args.recorded or DEFAULT_DIR
+    args.no_progress = not (sys.stdout.isatty() if progress is None else progress)
     from harness.core.locations import portable_path
 
     shown = portable_path(directory)

@@ -194,7 +194,7 @@ def execute(
             expectations = ex.load(args.expectations)
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
-    progress = Progress(args.quiet, expectations, adjust)
+    progress = Progress(args.quiet or getattr(args, "no_progress", False), expectations, adjust)
     stop = max_fail(args, expectations)
     workers = worker_count(args)
     interrupted = False
