@@ -250,3 +250,16 @@ def test_progress_lines_only_when_asked_for_a_terminal(capsys):
         out = capsys.readouterr().out
         assert ("tests.recorded_functions:Mul: " in out) == shown, out
         assert "tests.recorded_functions:Mul  conforms (" in out
+
+
+def test_last_failed_reruns_only_the_failing_cases_of_a_recorded_report(tmp_path, capsys):
+    out = _record(tmp_path, _mul_calls(rf.MulLosesW, w_grad=True))
+    report = str(tmp_path / "r.json")
+    assert main(["check", "--recorded", out, *FAST, "--json", report]) == 1
+    bad = {c["id"] for c in read_report(report)["cases"] if c["status"] == "fail"}
+    again = str(tmp_path / "again.json")
+    assert main(["check", "--recorded", out, "--last-failed", report, "--json", again]) == 1
+    assert {c["id"] for c in read_report(again)["cases"]} == bad
+    capsys.readouterr()
+    assert main(["run", "--last-failed", report]) == 2
+    assert "use `afdb check --recorded DIR --last-failed`" in capsys.readouterr().err

@@ -519,6 +519,11 @@ def cmd_repro(args: argparse.Namespace) -> int:
         from harness.core.locations import portable_path
 
         spec = RecordedTarget(portable_path(args.recorded), tuple(args.declare or ()))
+    elif md.get("source") == "recorded":
+        raise CliError(
+            f"--report {args.report}: its cases are of recorded Functions; name the recording: "
+            f"afdb repro {shlex.quote(args.case_id)} --recorded DIR"
+        )
     elif recorded and not target_text:  # a report names code: it runs only if the user names it
         raise CliError(_name_it_yourself(args, recorded))
     if target_text:

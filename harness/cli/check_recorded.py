@@ -227,10 +227,13 @@ def cmd_check_recorded(args: argparse.Namespace) -> int:
     if getattr(args, "accept", False):
         raise CliError("--accept with --recorded is not supported yet; write the file by hand")
     if getattr(args, "last_failed", None):
-        raise CliError(
-            "--last-failed with --recorded is not supported yet; select the failing Functions "
-            "by name instead (afdb check --recorded DIR PREFIX)"
-        )
+        from harness.cli.selection import apply_last_failed
+
+        rerun = apply_last_failed(args, user=True, recorded=True) or []
+        if not rerun:
+            print(f"nothing to rerun: {args.last_failed} has no non-conforming case")
+            return 0
+        args.target = list(args.target or ()) or rerun
     if getattr(args, "watch", False):
         raise CliError("--watch with --recorded: record again instead (afdb record)")
     status, _, _ = check_recording(args)
