@@ -150,6 +150,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="K",
         help="with --afdb-record: distinct calls kept per Function (default 3)",
     )
+<<<<<<< HEAD
     _add_check_options(parser)
 
 
@@ -163,6 +164,21 @@ def _configure_check(config: pytest.Config) -> None:
 
     config.pluginmanager.register(
         RecordedCheckSession(config, config.option.afdb_record), "afdb-check"
+=======
+    group.addoption(
+        "--afdb-tensor-limit",
+        type=float,
+        default=16.0,
+        metavar="MB",
+        help="with --afdb-record: a call with a larger tensor (MiB) is not kept (default 16)",
+    )
+    group.addoption(
+        "--afdb-total-limit",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="with --afdb-record: the recording's tensors stop at this size (MiB; default 256)",
+>>>>>>> h28a
     )
 
 

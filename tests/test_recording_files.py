@@ -117,6 +117,18 @@ def test_huge_declared_sizes_are_refused_before_anything_is_allocated(rec_dir):
     _refused(rec_dir, "declares a header of 1152921504606846976 bytes")
 
 
+def test_a_huge_expand_of_a_small_tensor_is_refused(rec_dir):
+    """An expanded tensor is stored once; a shape that would make its copy huge is not
+    taken on trust."""
+    with recording("exp", program="-m demo"):
+        rf.Scale.apply(torch.ones(1).expand(5), 2.0)
+    doc = _doc(Path("exp"))
+    assert load_recording("exp").functions[0].calls[0].args[0].stride() == (0,)  # the twin
+    doc["functions"][0]["calls"][0]["args"][0]["tensor"]["shape"] = [10**12]
+    _write_doc(Path("exp"), doc)
+    _refused(Path("exp"), "functions[0].calls[0]", "over the 4294967296-byte limit")
+
+
 def test_overlapping_or_trailing_tensor_data_is_refused(rec_dir):
     path = _tensor_file(rec_dir)
     two = {

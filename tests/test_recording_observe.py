@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.autograd.function import Function
 
 import harness
+from harness.core.errors import UsageError
 from harness.recording import load_recording, recording
 from tests import recording_functions as rf
 
@@ -86,6 +88,12 @@ def test_arguments_are_restored_with_dtype_grad_strides_and_options(tmp_path):
     assert call.args[1:6] == (3, True, "add", torch.float32, None)
     assert torch.equal(call.args[6]["b"], table["b"]) and call.args[6]["b"].dtype == torch.float64
     assert not scale.legacy and scale.importable and scale.kind == "function"
+    # read back from the files: the same arguments
+    (la, lk), (lb, _) = (
+        c.args for c in load_recording(tmp_path / "rec").function(f"{MOD}:Scale").calls
+    )
+    assert torch.equal(la, a) and la.stride() == a.stride() and la.requires_grad and lk == 2
+    assert torch.equal(lb, b) and lb.stride() == (0, 1)
 
 
 def test_distinct_calls_up_to_k_and_every_call_counted(tmp_path, request):
@@ -229,3 +237,29 @@ def test_harness_recording_is_the_context_manager(tmp_path):
         rf.Scale.apply(torch.ones(2), 2.0)
     assert recorder.classes == {f"{MOD}:Scale": rf.Scale}
     assert len(recorder.result().functions) == 1
+
+
+def test_compiled_code_runs_as_without_the_observer(tmp_path):
+    """Under torch.compile the wrapper steps aside: dynamo traces the original apply in one
+    graph (fullgraph) and the calls it traced are not recorded."""
+    f = torch.compile(lambda x: rf.Inner.apply(x).sin(), backend="eager", fullgraph=True)
+    x = torch.ones(3, requires_grad=True)
+    expected = f(x)
+    torch._dynamo.reset()
+    with recording(tmp_path / "rec") as recorder:
+        y = f(x)
+    torch._dynamo.reset()
+    assert torch.equal(y, expected)
+    assert recorder.result().functions == ()
+
+
+def test_a_folder_that_is_not_a_recording_is_refused_before_the_program_runs(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "code.py").write_text("x = 1\n")
+    ran = []
+    with (
+        pytest.raises(UsageError, match="a folder that is not a recording"),
+        recording(tmp_path / "src"),
+    ):
+        ran.append(True)
+    assert not ran and sorted(p.name for p in (tmp_path / "src").iterdir()) == ["code.py"]

@@ -193,9 +193,8 @@ def run_program(module: str | None, script: str | None, argv: list[str]) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from harness.core.errors import UsageError
     from harness.core.locations import portable_path
-    from harness.recording import load_recording, recording, store
+    from harness.recording import recording, store
     from harness.recording.summary import summary_line
 
     module, script, argv = _program(args)
@@ -203,17 +202,14 @@ def cmd_record(args: argparse.Namespace) -> int:
     store.check_target(out_dir)
     if module == "pytest":  # through the plugin: xdist workers and node ids
         extra = [f"--afdb-record={out_dir}", f"--afdb-max-calls={args.max_calls}"]
+        extra += [f"--afdb-tensor-limit={args.tensor_limit / (1 << 20)}"]
+        extra += [f"--afdb-total-limit={args.total_limit / (1 << 20)}"]
         extra += [f"--afdb-source={s}" for s in args.source]
         extra += [f"--afdb-ops={n}" for n in args.ops]
         if getattr(args, "check", False):  # pytest --afdb: the check at the session's end
             extra += ["--afdb", *(f"--afdb-declare={line}" for line in args.declare)]
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             extra = ["-p", "afdb_pytest_plugin", *extra]
-        if args.tensor_limit != 16 << 20 or args.total_limit != 256 << 20:
-            raise CliError(
-                "--tensor-limit and --total-limit are not yet passed to pytest; leave them out "
-                "with -m pytest"
-            )
         status = run_program(module, None, [*extra, *argv])
         if not (out_dir / store.INDEX).exists():
             raise CliError(
@@ -224,24 +220,22 @@ def cmd_record(args: argparse.Namespace) -> int:
     else:
         shown = f"-m {module}" if module else portable_path(str(script))
         program = " ".join([shown, *argv])
-        try:
-            with recording(
-                out_dir,
-                sources=tuple(args.source),
-                ops=tuple(args.ops),
-                max_calls=args.max_calls,
-                tensor_limit=args.tensor_limit,
-                total_limit=args.total_limit,
-                program=program,
-            ) as recorder:
-                status = run_program(module, script, argv)
-        except UsageError:
-            raise
-        rec = load_recording(out_dir)
-        print(summary_line(rec, out_dir), file=sys.stderr)
+        with recording(
+            out_dir,
+            sources=tuple(args.source),
+            ops=tuple(args.ops),
+            max_calls=args.max_calls,
+            tensor_limit=args.tensor_limit,
+            total_limit=args.total_limit,
+            program=program,
+        ) as recorder:
+            status = run_program(module, script, argv)
+        print(summary_line(recorder.result(), out_dir), file=sys.stderr)
         if getattr(args, "check", False):
             from harness.cli.check_recorded import check_after_record
+            from harness.recording import load_recording
 
+            rec = load_recording(out_dir)
             checked = check_after_record(str(out_dir), rec, recorder.classes, args.declare)
             return status if status else checked
     return status

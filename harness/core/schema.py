@@ -3,8 +3,9 @@
 The schemas are plain JSON Schema (draft 2020-12), shipped as package data in
 ``harness/schemas/``: ``report.json`` (``afdb-report/1``, shard metadata included),
 ``certificate.json`` (``afdb-certificate/1``, whose ``cases`` is a report),
-``expectations.json`` (``afdb-expectations/1``) and ``durations.json`` (what
-``--shard-durations`` reads of a report). Validation is the ``jsonschema`` library's,
+``expectations.json`` (``afdb-expectations/1``), ``durations.json`` (what
+``--shard-durations`` reads of a report) and ``recording.json`` (``afdb-recording/1``,
+the index of a recording of Function calls). Validation is the ``jsonschema`` library's,
 imported on the first validation only (the pytest plugin and ``afdb list`` never pay
 for it). Its errors are written as one line naming the place of the offending field:
 ``cases[3].status: 'passed' is not one of 'pass', 'fail', ...``.

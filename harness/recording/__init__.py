@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.recording import store
 from harness.recording.model import RecordedCall, RecordedFunction, Recording, SkippedCall
 from harness.recording.observer import Recorder
 from harness.recording.store import RecordingError, load_recording
@@ -68,6 +69,7 @@ def recording(
         program=program,
     )
     check_sources(recorder.sources)
+    store.check_target(recorder.out_dir)  # refused now, not after the program ran
     recorder.start()
     try:
         yield recorder

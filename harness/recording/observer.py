@@ -12,11 +12,14 @@ Not recorded as samples: calls while a torch.func transform is active (their arg
 are wrapped tensors; counted in ``under_transform``), calls made inside another observed
 Function's staticmethod or custom op (counted, and named in ``nested_in``), and calls made
 while the suite itself runs a check (frames of ``harness`` other than the CLI and this
-wing: not counted at all). torch's own Functions (``torch.*``) are not observed.
+wing: not counted at all). torch's own Functions (``torch.*``) are not observed, nor
+calls traced by ``torch.compile`` (the wrapper then steps aside, so dynamo traces the
+original ``apply`` without a graph break; record the eager run).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -30,7 +33,7 @@ import torch
 from harness.core.errors import UsageError
 from harness.core.locations import location
 from harness.recording import store
-from harness.recording.values import NotRecordable, snapshot, stored
+from harness.recording.values import NotRecordable, check, snapshot, stored
 
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
@@ -186,6 +189,8 @@ class Recorder:
         recorder = self
 
         def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():  # traced by dynamo: as if not observed
+                return original(cls, *args, **kwargs)
             local = recorder._local
             if getattr(local, "busy", False):
                 return original(cls, *args, **kwargs)
@@ -214,7 +219,7 @@ class Recorder:
 
         def __call__(op: Any, /, *args: Any, **kwargs: Any) -> Any:
             local = recorder._local
-            if getattr(local, "busy", False):
+            if getattr(local, "busy", False) or torch.compiler.is_compiling():
                 return original(op, *args, **kwargs)
             try:
                 ns, target = _op_target(op)
@@ -273,13 +278,15 @@ class Recorder:
         nested = None
         caller = main = None
         codes = self._codes
+        kinds = _KINDS
         while f is not None:
             code = f.f_code
-            name = code.co_filename
-            if name.startswith(_HARNESS):
-                if not name.startswith(_EXEMPT):
-                    return True, None, ""
-            elif not name.startswith(_TORCH):
+            kind = kinds.get(code)
+            if kind is None:
+                kind = kinds[code] = _kind(code.co_filename)
+            if kind == _SUITE:
+                return True, None, ""
+            if kind == _USER:
                 caller = caller or f
                 if main is None and f.f_globals.get("__name__") == "__main__":
                     main = f
@@ -289,7 +296,7 @@ class Recorder:
         # the line of the program's own script when it is on the stack (a library's
         # public function called from it: the script's line), else the direct caller
         at = main or caller
-        return False, nested, location(at.f_code.co_filename, at.f_lineno) if at else ""
+        return False, nested, _location(at.f_code.co_filename, at.f_lineno) if at else ""
 
     def _observe_function(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         found: _Seen | None = self._by_class.get(cls, _UNSEEN)
@@ -337,11 +344,14 @@ class Recorder:
             seen.nested_in.add(nested)
             return
         try:
+            if len(seen.calls) >= self.max_calls:  # K kept: only whether it was recordable
+                check(args, kwargs)
+                return
             snap = snapshot(args, kwargs)
         except NotRecordable as e:
             seen.skip(str(e), where, order)
             return
-        if snap.key in seen.keys or len(seen.calls) >= self.max_calls:
+        if snap.key in seen.keys:
             return
         for t in snap.tensors:
             size = t.numel() * t.element_size()
@@ -418,13 +428,34 @@ class Recorder:
     def write(self) -> None:
         doc, files = self.document()
         store.write(self.out_dir, doc, files)
-        self._result = None
+        self._result = store.build(doc, files, f"{self.out_dir}/{store.INDEX}")
+
+    def written_to(self, out_dir: Path, result: Any) -> None:
+        """The recording was written for this recorder elsewhere (the merge of a pytest-xdist
+        run's parts): where, and what."""
+        self.out_dir, self._result = out_dir, result
 
     def result(self) -> Any:
-        """The Recording written (as ``load_recording`` reads it back)."""
+        """The Recording written (what ``load_recording`` reads back from it)."""
         if self._result is None:
             self._result = store.load_recording(self.out_dir)
         return self._result
+
+
+_SUITE, _TORCH_OR_US, _USER = 0, 1, 2
+#: What each code object on a stack is, by its file (looked up once per code object).
+_KINDS: dict[CodeType, int] = {}
+
+
+def _kind(filename: str) -> int:
+    if filename.startswith(_HARNESS):
+        return _TORCH_OR_US if filename.startswith(_EXEMPT) else _SUITE
+    return _TORCH_OR_US if filename.startswith(_TORCH) else _USER
+
+
+@functools.lru_cache(maxsize=4096)
+def _location(filename: str, lineno: int) -> str:
+    return location(filename, lineno)
 
 
 def _mib(n: int) -> str:

@@ -30,6 +30,8 @@ _VALUED = (
     "--afdb-source",
     "--afdb-ops",
     "--afdb-max-calls",
+    "--afdb-tensor-limit",
+    "--afdb-total-limit",
     "-n",
     "--numprocesses",
     "--dist",
@@ -64,6 +66,12 @@ def program_of(config: Any) -> str:
     return " ".join(["-m pytest", *out])
 
 
+def _bytes(mib: float, flag: str) -> int:
+    if not 0 <= mib <= 1 << 40:
+        raise UsageError(f"{flag} {mib}: give a size in MiB >= 0")
+    return int(mib * (1 << 20))
+
+
 def _remove_parts(out_dir: Path) -> None:
     parts = out_dir / PARTS
     if parts.is_symlink() or parts.is_file():
@@ -95,6 +103,8 @@ class RecordingSession:
                 sources=tuple(config.getoption("afdb_source") or ()),
                 ops=tuple(config.getoption("afdb_ops") or ()),
                 max_calls=config.getoption("afdb_max_calls"),
+                tensor_limit=_bytes(config.getoption("afdb_tensor_limit"), "--afdb-tensor-limit"),
+                total_limit=_bytes(config.getoption("afdb_total_limit"), "--afdb-total-limit"),
                 program=program_of(config),
             )
         except UsageError as e:
@@ -127,8 +137,8 @@ class RecordingSession:
         self.recorder.out_dir = parts_dir / "controller"
         self.recorder.write()
         parts = sorted(p for p in parts_dir.iterdir() if p.is_dir() and not p.is_symlink())
-        store.merge(parts, self.out_dir, self.recorder.program, self.recorder.limits())
-        self.recorder.out_dir = self.out_dir
+        merged = store.merge(parts, self.out_dir, self.recorder.program, self.recorder.limits())
+        self.recorder.written_to(self.out_dir, merged)
         _remove_parts(self.out_dir)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -136,5 +146,5 @@ class RecordingSession:
             from harness.recording.summary import summary_line
 
             terminalreporter.write_line(
-                "afdb: " + summary_line(store.load_recording(self.out_dir), self.out_dir)
+                "afdb: " + summary_line(self.recorder.result(), self.out_dir)
             )

@@ -307,7 +307,7 @@ def read_raw(out_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, t
     return doc, files
 
 
-def _build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label: str) -> Recording:
+def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label: str) -> Recording:
     functions = []
     for i, fn in enumerate(doc["functions"]):
         tensors = files.get(fn["tensors"] or "", {})
@@ -343,13 +343,13 @@ def load_recording(out_dir: str | Path) -> Recording:
     """The recording in ``out_dir``, validated; RecordingError (a UsageError, one line
     naming the file and the place) for anything damaged, hostile or of another version."""
     doc, files = read_raw(out_dir)
-    return _build(doc, files, _label(Path(out_dir), INDEX))
+    return build(doc, files, _label(Path(out_dir), INDEX))
 
 
 # --- merging the parts of one run ----------------------------------------------------------
 
 
-def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]) -> None:
+def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]) -> Recording:
     """Write into ``out_dir`` the recording of one run whose parts (one per pytest-xdist
     worker) are ``parts``: calls ordered by where they were made in the run (the test's
     collection index, then the call's place in it), never by which worker ran first, so the
@@ -400,8 +400,7 @@ def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]
         )
         functions.append((doc, tensors))
     called = {d["target"] for d, _ in functions if d["call_count"]}
-    write(
-        out_dir,
-        document(program, limits, sorted(never - called), [d for d, _ in functions]),
-        {d["tensors"]: t for d, t in functions if d["tensors"]},
-    )
+    doc = document(program, limits, sorted(never - called), [d for d, _ in functions])
+    files = {d["tensors"]: t for d, t in functions if d["tensors"]}
+    write(out_dir, doc, files)
+    return build(doc, files, _label(out_dir, INDEX))

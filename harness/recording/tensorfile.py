@@ -57,8 +57,11 @@ def encode(tensors: Mapping[str, torch.Tensor]) -> bytes:
     chunks: list[bytes] = []
     offset = 0
     for name in sorted(tensors):
-        t = tensors[name].detach().to("cpu").contiguous()
-        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        t = tensors[name].detach().to("cpu")
+        # a fresh dense copy: a size-1 dim may carry stride 0, which .contiguous() keeps
+        flat = torch.empty(t.numel(), dtype=t.dtype)
+        flat.copy_(t.reshape(-1))
+        data = flat.view(torch.uint8).numpy().tobytes() if t.numel() else b""
         header[name] = {
             "dtype": NAMES[t.dtype],
             "shape": list(t.shape),

@@ -13,7 +13,6 @@ says why (``NotRecordable``), naming the argument.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +25,10 @@ from harness.recording.tensorfile import DTYPES, dtype_name
 MAX_DEPTH = 16
 MAX_ITEMS = 10_000
 MAX_STR = 10_000
-#: A restored non-contiguous tensor may span at most this many bytes of storage.
+#: A restored non-contiguous tensor may span at most this many bytes of storage, and a
+#: restored tensor (an expanded one included) hold at most this many bytes as a whole.
 MAX_STORAGE = 1 << 30
+MAX_LOGICAL = 4 << 30
 
 _DTYPE_BY_NAME = {str(d).removeprefix("torch."): d for d in DTYPES.values()}
 _ALL_DTYPES = {
@@ -71,7 +72,7 @@ def _non_overlapping(shape: list[int], strides: list[int]) -> bool:
     return True
 
 
-def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor]) -> dict[str, Any]:
+def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor] | None) -> Any:
     if type(t) not in (torch.Tensor, torch.nn.Parameter):
         raise NotRecordable(
             f"{_at(path)} is a `{_kind_name(t)}` (a tensor subclass): not recordable"
@@ -85,6 +86,8 @@ def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor]) -> dic
         raise NotRecordable(
             f"{_at(path)} is a {t.dtype} tensor: not recordable (no such dtype in safetensors)"
         )
+    if tensors is None:  # only checking
+        return None
     shape = list(t.shape)
     node: dict[str, Any] = {
         "dtype": str(t.dtype).removeprefix("torch."),
@@ -104,7 +107,9 @@ def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor]) -> dic
     return {"tensor": node}
 
 
-def _node(value: Any, path: str, depth: int, tensors: list[torch.Tensor]) -> Any:
+def _node(value: Any, path: str, depth: int, tensors: list[torch.Tensor] | None) -> Any:
+    """The node of ``value`` (tensors appended to ``tensors``); with ``tensors`` None only
+    the checks, nothing built."""
     if depth > MAX_DEPTH:
         raise NotRecordable(
             f"{_at(path)} nests containers more than {MAX_DEPTH} deep: not recordable"
@@ -149,12 +154,25 @@ def _node(value: Any, path: str, depth: int, tensors: list[torch.Tensor]) -> Any
     raise NotRecordable(f"{_at(path)} is a `{_kind_name(value)}`: not recordable")
 
 
+def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """NotRecordable (the reason) when ``snapshot`` would raise it; builds nothing."""
+    for i, a in enumerate(args):
+        if type(a) not in _PLAIN:
+            _node(a, str(i), 0, None)
+    for k, v in kwargs.items():
+        _node(v, k, 0, None)
+
+
+#: Types whose values are always recordable (checked without a call).
+_PLAIN = frozenset({bool, int, float, type(None), torch.dtype, torch.device})
+
+
 def snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Snapshot:
     """The call's arguments as nodes; NotRecordable (the reason) for the first that is not."""
     tensors: list[torch.Tensor] = []
     nodes = [_node(a, str(i), 0, tensors) for i, a in enumerate(args)]
     knodes = {k: _node(v, k, 0, tensors) for k, v in kwargs.items()}
-    key = json.dumps([nodes, knodes], separators=(",", ":"))
+    key = repr([nodes, knodes])  # same nodes, same text (json.dumps costs 3x more)
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
     return Snapshot(nodes, knodes, tensors, nbytes, key)
 
@@ -190,6 +208,9 @@ def restore_tensor(node: dict[str, Any], data: torch.Tensor) -> torch.Tensor:
     shape = list(node["shape"])
     if list(data.shape) != stored_shape(node):
         raise BadNode(f"shape {shape} but the tensor file holds {list(data.shape)}")
+    logical = math.prod(shape) * data.element_size()
+    if logical > MAX_LOGICAL:
+        raise BadNode(f"shape {shape} is {logical} bytes, over the {MAX_LOGICAL}-byte limit")
     expand = node.get("expand", [])
     if any(not 0 <= d < len(shape) or shape[d] < 2 for d in expand) or len(set(expand)) != len(
         expand
