@@ -150,21 +150,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="K",
         help="with --afdb-record: distinct calls kept per Function (default 3)",
     )
-<<<<<<< HEAD
-    _add_check_options(parser)
-
-
-def _configure_check(config: pytest.Config) -> None:
-    """With ``--afdb``: recording on (``--afdb-record``'s folder), the check at the end."""
-    if not config.getoption("afdb", False):
-        return
-    if not getattr(config.option, "afdb_record", None):
-        config.option.afdb_record = ".afdb/recorded"
-    from harness.pytest_afdb import RecordedCheckSession  # only now do torch and harness load
-
-    config.pluginmanager.register(
-        RecordedCheckSession(config, config.option.afdb_record), "afdb-check"
-=======
     group.addoption(
         "--afdb-tensor-limit",
         type=float,
@@ -178,7 +163,20 @@ def _configure_check(config: pytest.Config) -> None:
         default=256.0,
         metavar="MB",
         help="with --afdb-record: the recording's tensors stop at this size (MiB; default 256)",
->>>>>>> h28a
+    )
+    _add_check_options(parser)
+
+
+def _configure_check(config: pytest.Config) -> None:
+    """With ``--afdb``: recording on (``--afdb-record``'s folder), the check at the end."""
+    if not config.getoption("afdb", False):
+        return
+    if not getattr(config.option, "afdb_record", None):
+        config.option.afdb_record = ".afdb/recorded"
+    from harness.pytest_afdb import RecordedCheckSession  # only now do torch and harness load
+
+    config.pluginmanager.register(
+        RecordedCheckSession(config, config.option.afdb_record), "afdb-check"
     )
 
 

@@ -263,3 +263,51 @@ def test_last_failed_reruns_only_the_failing_cases_of_a_recorded_report(tmp_path
     capsys.readouterr()
     assert main(["run", "--last-failed", report]) == 2
     assert "use `afdb check --recorded DIR --last-failed`" in capsys.readouterr().err
+
+
+SCRIPT = """
+import os
+import torch
+
+class Double(torch.autograd.Function):  # in __main__: not importable by another process
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return 2 * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (3 if os.environ.get("PLANT") else 2) * grad
+
+Double.apply(torch.randn(5, 7, requires_grad=True)).sum().backward()
+"""
+
+
+@pytest.mark.parametrize(("plant", "status"), [("", 0), ("1", 1)])
+def test_record_check_checks_a_main_class_in_the_recording_process(tmp_path, plant, status):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "prog.py").write_text(SCRIPT)
+    env = {**os.environ, "PLANT": plant}
+    afdb = str(Path(sys.executable).parent / "afdb")
+    argv = [afdb, "record", "--check", "prog.py"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    word = "conforms (" if not plant else "FAIL: "
+    assert f"  __main__:Double  {word}" in proc.stdout
+    # another process cannot import it: listed as not checked, never skipped silently
+    later = subprocess.run(
+        [afdb, "check", "--recorded"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert later.returncode == 5, later.stdout + later.stderr
+    assert (
+        "  __main__:Double  not checked: defined where it cannot be imported again" in later.stdout
+    )
