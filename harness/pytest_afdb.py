@@ -107,7 +107,10 @@ class RecordedCheckSession:
             out = _Lines(show, {f.target for f in recording.functions})
             got: list[str] = []
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                status, result, found = _check(args, recording, classes, got.extend, tty)
+                xdist = bool(getattr(self.config.option, "numprocesses", None))
+                status, result, found = _check(
+                    args, recording, classes, got.extend, tty, xdist=xdist
+                )
         except UsageError as e:
             self.problem = str(e)
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -147,12 +150,18 @@ class RecordedCheckSession:
 
 
 def _check(
-    args: argparse.Namespace, recording: Any, classes: dict[str, Any], lines: Any, tty: bool
+    args: argparse.Namespace,
+    recording: Any,
+    classes: dict[str, Any],
+    lines: Any,
+    tty: bool,
+    *,
+    xdist: bool = False,
 ) -> Any:
     from harness.cli.check_recorded import check_recording
 
     return check_recording(
-        args, recording=recording, classes=classes, lines=lines, progress=bool(tty)
+        args, recording=recording, classes=classes, lines=lines, progress=bool(tty), xdist=xdist
     )
 
 

@@ -161,3 +161,43 @@ def test_the_suites_own_pytest_does_not_collect_the_example():
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
+
+
+LOCAL_TEST = """
+import torch
+
+
+def test_a_function_defined_in_a_test():
+    class Triple(torch.autograd.Function):  # <locals>: only the recording process has it
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return 3 * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return 3 * grad
+
+    Triple.apply(torch.randn(5, 7, requires_grad=True)).sum().backward()
+"""
+
+
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_a_class_defined_in_a_test_is_checked_or_named(tmp_path: Path, workers):
+    if workers:
+        pytest.importorskip("xdist")
+    (tmp_path / "test_local.py").write_text(LOCAL_TEST)
+    extra = ("-n", workers) if workers else ()
+    proc = run(tmp_path, *pytest_argv(*extra, "--afdb", "--afdb-checks", "vmap,vjp"))
+    line = next(ln for ln in proc.stdout.splitlines() if "<locals>.Triple" in ln)
+    if workers:  # the worker's live class is gone: named, with how to check it
+        assert "not checked: " in line and "run `pytest --afdb` without -n" in line, line
+        assert proc.returncode == 5, proc.stdout + proc.stderr  # the tests passed, nothing checked
+    else:  # checked in the pytest process with the live class
+        assert "conforms (" in line, line
+        assert proc.returncode == 0, proc.stdout + proc.stderr

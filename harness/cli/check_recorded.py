@@ -74,11 +74,15 @@ def _default_declaration(args: argparse.Namespace) -> Any:
 
 
 def recorded_run(
-    args: argparse.Namespace, recording: Any, classes: Mapping[str, Any] | None
+    args: argparse.Namespace,
+    recording: Any,
+    classes: Mapping[str, Any] | None,
+    *,
+    xdist: bool = False,
 ) -> tuple[list[Any], Any]:
     """Every recorded Function (checkable or not) and the declarations by target."""
     from harness.recorded.declare import parse_declarations
-    from harness.recorded.entries import recorded_entries
+    from harness.recorded.entries import UNIMPORTABLE, UNIMPORTABLE_XDIST, recorded_entries
 
     declarations = parse_declarations(args.declare or ())
     recorded = recorded_entries(
@@ -86,6 +90,7 @@ def recorded_run(
         classes=classes,
         declarations=declarations,
         default=_default_declaration(args),
+        unimportable=UNIMPORTABLE_XDIST if xdist else UNIMPORTABLE,
     )
     return recorded, declarations
 
@@ -131,13 +136,15 @@ def check_recording(
     classes: Mapping[str, Any] | None = None,
     lines: Callable[[list[str]], None] | None = None,
     progress: bool | None = None,
+    xdist: bool = False,
 ) -> tuple[int, RunResult | None, list[Any]]:
     """Run the recorded check; return the exit status, the result and the verdicts.
 
     ``recording`` is a loaded one (else ``args.recorded`` is read); ``classes`` the live
     classes of the recording process (its non-importable ones are checked with them);
     ``lines`` receives the per-Function lines and the summary sentence (default: printed);
-    ``progress``: one line per Function as its cases finish (default: on a terminal only).
+    ``progress``: one line per Function as its cases finish (default: on a terminal only);
+    ``xdist``: the recording came from pytest-xdist workers (their live classes are gone).
     """
     from harness.cli.run import closing_lines, controller_threads, execute, run_status
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
@@ -159,7 +166,7 @@ def check_recording(
 
     check_output_paths(args)
     controller_threads(args)
-    everything, declarations = recorded_run(args, recording, classes)
+    everything, declarations = recorded_run(args, recording, classes, xdist=xdist)
     from harness.recorded.entries import unknown_declarations
 
     for name in unknown_declarations(declarations, everything):

@@ -116,17 +116,26 @@ def _detached(args: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
-def _load_class(function: Any, classes: Mapping[str, Any] | None) -> Any:
+#: Why a class that cannot be imported again was not checked, and how to check it.
+UNIMPORTABLE = (
+    "defined where it cannot be imported again (__main__, a function or a test): it is "
+    "checked only in the recording process, with `afdb record --check` or `pytest --afdb`"
+)
+#: The same under pytest-xdist: a worker recorded it, the controller cannot load it.
+UNIMPORTABLE_XDIST = (
+    "defined where it cannot be imported again (a function or a test) and recorded by a "
+    "pytest-xdist worker, so the controller cannot check it: run `pytest --afdb` without -n"
+)
+
+
+def _load_class(function: Any, classes: Mapping[str, Any] | None, unimportable: str) -> Any:
     """The live class (the recording process) or the one imported by its target."""
     if classes and function.target in classes:
         return classes[function.target]
     if function.kind == "custom_op":
         return _custom_op(function.target)
     if not function.importable:
-        raise UsageError(
-            "defined where it cannot be imported again (__main__, a function or a test): it is "
-            "checked only in the recording process, with `afdb record --check` or `pytest --afdb`"
-        )
+        raise UsageError(unimportable)
     from harness.targets import load_attr
 
     return load_attr(function.target, "recorded Function")
@@ -138,6 +147,7 @@ def recorded_entry(
     classes: Mapping[str, Any] | None = None,
     declarations: Mapping[str, Declaration] | None = None,
     default: Declaration | None = None,
+    unimportable: str = UNIMPORTABLE,
 ) -> RecordedEntry:
     """One ``RecordedFunction`` as a ``RecordedEntry``; ``default`` applies where no
     declaration names the Function (the command line's own capability flags)."""
@@ -184,7 +194,7 @@ def recorded_entry(
             )
         return RecordedEntry(function.target, NEVER_CALLED, **common)
     try:
-        cls = _load_class(function, classes)
+        cls = _load_class(function, classes, unimportable)
     except UsageError as e:
         return RecordedEntry(function.target, NOT_IMPORTABLE, note=str(e), **common)
     samples: list[Sample] = []
@@ -219,10 +229,17 @@ def recorded_entries(
     classes: Mapping[str, Any] | None = None,
     declarations: Mapping[str, Declaration] | None = None,
     default: Declaration | None = None,
+    unimportable: str = UNIMPORTABLE,
 ) -> list[RecordedEntry]:
     """Every Function of the recording (its order), then those of ``--source`` never called."""
     out = [
-        recorded_entry(f, classes=classes, declarations=declarations, default=default)
+        recorded_entry(
+            f,
+            classes=classes,
+            declarations=declarations,
+            default=default,
+            unimportable=unimportable,
+        )
         for f in recording.functions
     ]
     seen = {r.target for r in out}
