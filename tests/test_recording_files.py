@@ -233,6 +233,7 @@ def test_the_cli_refuses_a_hostile_recording_with_exit_2_and_one_line(rec_dir):
     )
     assert ok.returncode == 0, ok.stderr
     assert "tests.recording_functions:Scale (Function): 1 call kept of 1 seen" in ok.stdout
+    assert ok.stdout.strip().splitlines()[-1] == "read 2 Functions (2 calls) from rec"
     _tensor_file(rec_dir).write_bytes(pickle.dumps({"x": 1}))
     bad = subprocess.run(
         [sys.executable, "-m", "harness.cli", "recording", "rec"],

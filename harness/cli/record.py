@@ -214,7 +214,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         if not (out_dir / store.INDEX).exists():
             raise CliError(
                 f"pytest wrote no recording to {portable_path(str(out_dir))} (exit status "
-                f"{status}); is the afdb plugin disabled (-p no:afdb)?"
+                f"{status}; see pytest's message above, or the plugin was turned off with "
+                "-p no:afdb)"
             )
         return status  # the plugin printed the summary line
     else:
@@ -249,5 +250,5 @@ def cmd_recording(args: argparse.Namespace) -> int:
     rec = load_recording(args.dir)
     for line in describe(rec):
         print(visible(line, keep_newlines=False))
-    print(summary_line(rec, args.dir))
+    print(summary_line(rec, args.dir, verb="read"))
     return 0

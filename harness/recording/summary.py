@@ -12,10 +12,12 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def summary_line(rec: Recording, out_dir: str | Path) -> str:
-    """``recorded 5 Functions (12 calls) to .afdb/recorded; 1 call not recordable``."""
+def summary_line(rec: Recording, out_dir: str | Path, verb: str = "recorded") -> str:
+    """``recorded 5 Functions (12 calls) to .afdb/recorded; 1 call not recorded (...)``;
+    ``verb="read"``: ``read 5 Functions (12 calls) from DIR; ...``."""
+    where = "from" if verb == "read" else "to"
     line = (
-        f"recorded {_n(len(rec.functions), 'Function')} ({_n(rec.call_count, 'call')}) to "
+        f"{verb} {_n(len(rec.functions), 'Function')} ({_n(rec.call_count, 'call')}) {where} "
         f"{portable_path(str(out_dir))}"
     )
     if rec.skipped_count:
