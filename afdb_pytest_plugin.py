@@ -18,7 +18,9 @@ environment, the user's own projects included. It therefore:
   a dying worker was running (``harness.engine.parallel`` reads ``crashed.jsonl``; its
   generated conftest does the same when plugin autoloading is off);
 * records, with ``--afdb-record[=DIR]``, every autograd.Function call of the session
-  (``harness.recording.pytest_session``, imported only when the flag is given).
+  (``harness.recording.pytest_session``, imported only when the flag is given);
+* with ``--afdb``, records the session and checks every Function it called at its end
+  (``harness.pytest_afdb``, imported only when the flag is given).
 """
 
 from __future__ import annotations
@@ -85,6 +87,52 @@ class _NothingChecked:
             )
 
 
+def _add_check_options(parser: pytest.Parser) -> None:
+    """``--afdb``: record the session, then check every Function it called (issue 28)."""
+    group = parser.getgroup("afdb", "autograd-function-db")
+    group.addoption(
+        "--afdb",
+        action="store_true",
+        default=False,
+        help="record every autograd.Function call of the session, then check each Function "
+        "with its recorded calls at the end (fails the session when one does not conform)",
+    )
+    group.addoption(
+        "--afdb-report-only",
+        action="store_true",
+        default=False,
+        help="with --afdb: report, but do not fail the session",
+    )
+    for name, what in (
+        ("json", "the JSON report"),
+        ("markdown", "the Markdown report"),
+        ("html", "the HTML report"),
+        ("junit", "the JUnit XML"),
+        ("expectations", "an expectations file (known failures by case id)"),
+    ):
+        group.addoption(f"--afdb-{name}", default=None, metavar="FILE", help=f"with --afdb: {what}")
+    group.addoption(
+        "--afdb-checks",
+        default=None,
+        metavar="LIST",
+        help="with --afdb: only these checks (e.g. vmap,vjp; default all)",
+    )
+    group.addoption(
+        "--afdb-declare",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="with --afdb: what a Function's class cannot say, e.g. "
+        "'mylib.ops:RoundSTE gradient=custom' (also the afdb_declare ini option)",
+    )
+    parser.addini(
+        "afdb_declare",
+        type="linelist",
+        default=[],
+        help="pytest --afdb: one 'module:QualName key=value ...' line per Function",
+    )
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("afdb", "autograd-function-db")
     group.addoption(
@@ -131,11 +179,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="MB",
         help="with --afdb-record: the recording's tensors stop at this size (MiB; default 256)",
     )
+    _add_check_options(parser)
+
+
+def _configure_check(config: pytest.Config) -> None:
+    """With ``--afdb``: recording on (``--afdb-record``'s folder), the check at the end."""
+    if not config.getoption("afdb", False):
+        return
+    if not getattr(config.option, "afdb_record", None):
+        config.option.afdb_record = ".afdb/recorded"
+    from harness.pytest_afdb import RecordedCheckSession  # only now do torch and harness load
+
+    config.pluginmanager.register(
+        RecordedCheckSession(config, config.option.afdb_record), "afdb-check"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.pluginmanager.register(_NothingChecked(), "afdb-nothing-checked")
+    _configure_check(config)
     record = config.getoption("afdb_record", None)
     if record:  # only now do torch and the harness load
         from harness.recording.pytest_session import RecordingSession

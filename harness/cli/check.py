@@ -113,9 +113,16 @@ def add_parsers(sub: Any) -> None:
         "unsupported or skipped); 130: interrupted.",
     )
     p.add_argument(
-        "target", metavar="TARGET", help="module:attr or path/file.py:attr of the Function"
+        "target",
+        nargs="*",
+        metavar="TARGET",
+        help="module:attr or path/file.py:attr of the Function (with --recorded: name "
+        "prefixes of recorded Functions, none for all)",
     )
     _add_target_options(p)
+    from harness.cli.check_recorded import add_recorded_options
+
+    add_recorded_options(p)
     add_common_options(p)
     p.add_argument(
         "--no-isolate",
@@ -162,6 +169,7 @@ def add_parsers(sub: Any) -> None:
         "target", nargs="?", metavar="TARGET", help="the user Function (as for afdb check)"
     )
     r.add_argument("--target", dest="target_opt", help=argparse.SUPPRESS)
+    add_recorded_options(r)
     r.add_argument(
         "--report",
         help="take seed, dtype, batch sizes and capabilities from a JSON report; a report of "
@@ -301,6 +309,18 @@ def print_check_summary(result: RunResult) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.recorded is not None:
+        from harness.cli.check_recorded import cmd_check_recorded
+
+        return cmd_check_recorded(args)
+    if args.declare:
+        raise CliError("--declare needs --recorded (for one Function, use its flags)")
+    if len(args.target) != 1:
+        raise CliError(
+            "name one TARGET (module:attr or path/file.py:attr), or check a recording with "
+            "--recorded [DIR]"
+        )
+    args.target = args.target[0]
     if getattr(args, "watch", False):
         from harness.cli.watch import run_watch
 
@@ -499,10 +519,23 @@ def cmd_repro(args: argparse.Namespace) -> int:
         options = options.replace(
             nested_batch_sizes=parse_int_list(args.nested_batch_sizes, "--nested-batch-sizes")
         )
-    spec = None
+    spec: Any = None
     recorded = md.get("target_spec")
     from_report = False
-    if recorded and not target_text:  # a report names code: it runs only if the user names it
+    if args.recorded is not None:  # a recorded Function: its entry from the recording
+        from harness.cli.check_recorded import repro_entry
+
+        entry, options = repro_entry(args, options)
+        from harness.cli.check_recorded import RecordedTarget
+        from harness.core.locations import portable_path
+
+        spec = RecordedTarget(portable_path(args.recorded), tuple(args.declare or ()))
+    elif md.get("source") == "recorded":
+        raise CliError(
+            f"--report {args.report}: its cases are of recorded Functions; name the recording: "
+            f"afdb repro {shlex.quote(args.case_id)} --recorded DIR"
+        )
+    elif recorded and not target_text:  # a report names code: it runs only if the user names it
         raise CliError(_name_it_yourself(args, recorded))
     if target_text:
         spec = spec_from_args(args, target_text)
@@ -515,7 +548,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 base_dir=os.getcwd(),
             )
             from_report = True
-    if spec is not None:
+    if args.recorded is not None:
+        pass  # the entry and options from the recording, above
+    elif spec is not None:
         if from_report:
             options = options.replace(
                 batch_sizes=tuple(md.get("batch_sizes", options.batch_sizes)),

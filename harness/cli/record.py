@@ -104,6 +104,19 @@ def add_parsers(sub: Any) -> None:
         metavar="SCRIPT.py [ARGS]",
         help="or run a script as `python SCRIPT.py ARGS` does",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="then check every recorded Function in this process, with the live classes (so "
+        "those defined in __main__ or a function are checked too); -m pytest: as pytest --afdb",
+    )
+    p.add_argument(
+        "--declare",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="with --check: what one Function's class cannot say (as afdb check --declare)",
+    )
     p.set_defaults(func=cmd_record)
 
     p = sub.add_parser(
@@ -193,6 +206,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         extra += [f"--afdb-total-limit={args.total_limit / (1 << 20)}"]
         extra += [f"--afdb-source={s}" for s in args.source]
         extra += [f"--afdb-ops={n}" for n in args.ops]
+        if getattr(args, "check", False):  # pytest --afdb: the check at the session's end
+            extra += ["--afdb", *(f"--afdb-declare={line}" for line in args.declare)]
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             extra = ["-p", "afdb_pytest_plugin", *extra]
         status = run_program(module, None, [*extra, *argv])
@@ -217,6 +232,13 @@ def cmd_record(args: argparse.Namespace) -> int:
         ) as recorder:
             status = run_program(module, script, argv)
         print(summary_line(recorder.result(), out_dir), file=sys.stderr)
+        if getattr(args, "check", False):
+            from harness.cli.check_recorded import check_after_record
+            from harness.recording import load_recording
+
+            rec = load_recording(out_dir)
+            checked = check_after_record(str(out_dir), rec, recorder.classes, args.declare)
+            return status if status else checked
     return status
 
 

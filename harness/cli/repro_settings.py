@@ -28,7 +28,7 @@ def _problem(md: dict[str, Any]) -> str:
             f"metadata.dtype: {md.get('dtype')!r} is not one of {', '.join(DTYPES)} "
             f"or {SAMPLE_DTYPES!r}"
         )
-    known = (*SOURCES, "user")
+    known = (*SOURCES, "user", "recorded")
     if md.get("source") is not None and md["source"] not in known:
         return f"metadata.source: {md['source']!r} is not one of {', '.join(known)}"
     spec = md.get("target_spec")

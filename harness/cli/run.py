@@ -178,6 +178,7 @@ def execute(
     summary: Callable[[RunResult], None] | None = None,
     known_entries: set[str] | None = None,
     adjust: Callable[[CaseResult], Any] | None = None,
+    before_reports: Callable[[RunResult], Any] | None = None,
 ) -> RunResult:
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
@@ -185,7 +186,9 @@ def execute(
     ``summary`` replaces the default printed summary (``-q``: the summary line), so a
     caller passes none under ``-q``; ``known_entries`` are all the
     source's entry names (for telling a stale expectation from an unselected one);
-    ``adjust`` changes a copy of each result before the progress line counts it.
+    ``adjust`` changes a copy of each result before the progress line counts it;
+    ``before_reports`` sees the result once the expectations are applied, before the
+    reports are written (``afdb check --recorded`` adds its notes to messages there).
     """
     from harness.engine.metadata import run_metadata
     from harness.engine.runner import run_entries
@@ -199,7 +202,7 @@ def execute(
             expectations = ex.load(args.expectations)
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
-    progress = Progress(args.quiet, expectations, adjust)
+    progress = Progress(args.quiet or getattr(args, "no_progress", False), expectations, adjust)
     stop = max_fail(args, expectations)
     workers = worker_count(args)
     interrupted = False
@@ -285,6 +288,8 @@ def execute(
     )
     for warning in warnings:
         print(f"warning: {visible(warning)}", file=sys.stderr)
+    if before_reports is not None:
+        before_reports(result)
     failed = write_reports(result, args)
     quiet = getattr(args, "quiet", False)  # -q: the summary line only (docs/cli.md)
     (summary or (print_summary_line if quiet else print_summary))(result)

@@ -75,11 +75,14 @@ def _given(args: argparse.Namespace, flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
-def apply_last_failed(args: argparse.Namespace, *, user: bool) -> list[str] | None:
+def apply_last_failed(
+    args: argparse.Namespace, *, user: bool, recorded: bool = False
+) -> list[str] | None:
     """Read ``--last-failed REPORT`` into ``args``: the case ids to run (``args.case_ids``),
     the report's run settings, its checks; returns the entries those cases belong to (None
     without the flag). ``user``: the report of ``afdb check`` (its Function is the target
-    given on the command line) rather than of a source."""
+    given on the command line) rather than of a source; ``recorded``: of ``afdb check
+    --recorded`` (its Functions come from the recording)."""
     path = getattr(args, "last_failed", None)
     if not path:
         return None
@@ -95,8 +98,12 @@ def apply_last_failed(args: argparse.Namespace, *, user: bool) -> list[str] | No
                 f"sizes and source; leave {flag} out (or run without --last-failed)"
             )
     source = md.get("source") or "afdb"
-    if user != (source == "user"):
-        where = "`afdb check TARGET --last-failed`" if source == "user" else "`afdb run`"
+    wanted = "recorded" if recorded else ("user" if user else None)
+    if (source != wanted) if wanted else source in ("user", "recorded"):
+        where = {
+            "user": "`afdb check TARGET --last-failed`",
+            "recorded": "`afdb check --recorded DIR --last-failed`",
+        }.get(source, "`afdb run`")
         raise CliError(f"--last-failed {path}: that report is of source {source!r}; use {where}")
     if not user:
         args.source = source

@@ -83,6 +83,8 @@ class _Source:
             self.draw = f"ENTRY.make_samples({{seed}}, {dtype}, {device})[{k}].args"
             self.what = f"sample {k} of {entry.name}"
             return
+        if getattr(target, "recorded", False):
+            raise NotMinimal("a recorded Function (its samples are read from the recording)")
         if not getattr(entry.samples, "user_seeded", False):
             raise NotMinimal("samples without a seed parameter (the suite varies their values)")
         if str(options.device) != "cpu":

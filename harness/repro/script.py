@@ -203,6 +203,32 @@ def _portable(spec: str | None) -> str | None:
     return spec
 
 
+def _recorded_loader(target: Any) -> str:
+    """A recorded Function: its entry rebuilt from the recording, through the suite."""
+    return f"""
+RECORDING = {_literal(str(target.directory))}
+DECLARATIONS = {_literal(tuple(target.declarations))}
+
+sys.path.insert(0, os.getcwd())  # the recorded Function's module, as `afdb check` found it
+from harness.recorded.declare import parse_declarations
+from harness.recorded.entries import recorded_entries
+from harness.recording import load_recording
+
+ENTRY = {{
+    r.target: r.entry
+    for r in recorded_entries(
+        load_recording(RECORDING), declarations=parse_declarations(DECLARATIONS)
+    )
+}}[ENTRY_NAME]
+FUNCTION = ENTRY.function
+CALL = ENTRY.call
+
+
+def samples_for(seed):
+    return [tuple(s.args) for s in ENTRY.make_samples(seed, DTYPE, DEVICE)]
+"""
+
+
 _DB_LOADER = """
 from autograd_function_db import REGISTRY
 
@@ -240,7 +266,11 @@ def generate(
         }
         for lv in (case.plan.levels if case.plan is not None else ())
     ]
-    module = target.target.rpartition(":")[0] if target is not None else "autograd_function_db"
+    recorded = getattr(target, "recorded", False)
+    if recorded:
+        module = "the suite (it reads the recording) and " + entry.name.rpartition(":")[0]
+    else:
+        module = target.target.rpartition(":")[0] if target is not None else "autograd_function_db"
     # Every string that came from a report, a case id or a command line enters the script
     # only through repr(): a docstring is one repr'd literal, not text between quotes.
     doc = (
@@ -288,7 +318,10 @@ LEVELS = {_literal(levels)}
 #: A dtype leg ("float32"): the float64 sample cast to it, against the float64 reference.
 LEG_DTYPE = {_literal(leg)}
 """
-    loader = _user_loader(target, entry) if target is not None else _DB_LOADER
+    if recorded:
+        loader = _recorded_loader(target)
+    else:
+        loader = _user_loader(target, entry) if target is not None else _DB_LOADER
     if case.check in VMAP_CHECKS:
         body = VMAP
     elif case.check.startswith("opcheck_"):

@@ -1,0 +1,168 @@
+"""``pytest --afdb``: record the session's Function calls, then check them at its end.
+
+Loaded by the light plugin (``afdb_pytest_plugin``) only when ``--afdb`` is given; the
+recording itself is ``--afdb-record``'s (``harness.recording.pytest_session``, which
+``--afdb`` turns on). In the pytest process (the xdist controller, after the workers'
+parts are merged) the recording is checked as ``afdb check --recorded`` checks it, with the
+recording session's live classes, so a Function defined in a test module or a function is
+checked too. A terminal section after the tests says one line per Function and the summary
+sentence; progress lines appear only on a terminal. The session exits 1 when a Function
+does not conform (``--afdb-report-only``: the report only), 4 on bad usage (a wrong
+declaration), 5 when the tests passed but no Function was checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+from typing import Any
+
+import pytest
+
+from harness.core.errors import UsageError
+
+
+class _Lines(io.TextIOBase):
+    """Everything the check prints, kept; on a terminal its progress lines shown as they come."""
+
+    def __init__(self, show: Any, entries: set[str]) -> None:
+        self.text: list[str] = []
+        self.pending = ""
+        self.show = show
+        self.entries = entries
+
+    def write(self, s: str) -> int:
+        self.text.append(s)
+        self.pending += s
+        while "\n" in self.pending:
+            line, self.pending = self.pending.split("\n", 1)
+            name = line.split(": ", 1)[0]
+            if self.show is not None and name in self.entries and line.endswith("in cases)"):
+                self.show(f"afdb: {line}")
+        return len(s)
+
+
+def check_argv(config: Any, directory: str) -> list[str]:
+    """The ``afdb check --recorded`` command line the session's options make."""
+    argv = ["check", "--recorded", directory]
+    for flag, option in (
+        ("--json", "afdb_json"),
+        ("--markdown", "afdb_markdown"),
+        ("--html", "afdb_html"),
+        ("--junit", "afdb_junit"),
+        ("--checks", "afdb_checks"),
+        ("--expectations", "afdb_expectations"),
+    ):
+        value = config.getoption(option, None)
+        if value:
+            argv += [flag, str(value)]
+    lines = list(config.getini("afdb_declare") or ()) + list(
+        config.getoption("afdb_declare", None) or ()
+    )
+    for line in lines:
+        if line.strip() and not line.strip().startswith("#"):
+            argv += ["--declare", line.strip()]
+    return argv
+
+
+class RecordedCheckSession:
+    """The plugin object that checks the session's recording at its end (controller only)."""
+
+    def __init__(self, config: Any, directory: str) -> None:
+        self.config = config
+        self.directory = directory
+        self.lines: list[str] = []
+        self.details: list[str] = []
+        self.problem = ""
+        self.failing = False
+
+    def _args(self) -> argparse.Namespace:
+        from harness.cli.main import build_parser
+
+        argv = check_argv(self.config, self.directory)
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            raise UsageError(f"--afdb: the options make a wrong check: {' '.join(argv)}") from None
+        args.argv = argv
+        return args
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput"):
+            return  # an xdist worker: the controller checks the merged recording
+        recording_session = self.config.pluginmanager.get_plugin("afdb-recording")
+        recorder = getattr(recording_session, "recorder", None)
+        classes = dict(getattr(recorder, "classes", {}) or {})
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        tty = reporter is not None and getattr(reporter, "isatty", False)
+        show = reporter.write_line if tty and reporter is not None else None
+        try:
+            args = self._args()
+            from harness.recording import load_recording
+
+            recording = load_recording(self.directory)
+            out = _Lines(show, {f.target for f in recording.functions})
+            got: list[str] = []
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                xdist = bool(getattr(self.config.option, "numprocesses", None))
+                status, result, found = _check(
+                    args, recording, classes, got.extend, tty, xdist=xdist
+                )
+        except UsageError as e:
+            self.problem = str(e)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
+        self.lines = got
+        if result is not None:
+            from harness.reports.grouping import failure_groups, terminal_lines
+
+            groups = failure_groups(result.cases)
+            self.details = terminal_lines(groups, limit=10, message_chars=300, message_lines=1)
+        self.written = list(getattr(args, "written", []))
+        self.failing = status not in (0, 5)
+        if self.config.getoption("afdb_report_only", False):
+            return
+        if int(session.exitstatus) == 0 and status != 0:
+            session.exitstatus = status if status in (1, 3, 5) else 1
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        terminalreporter.section("afdb: the Functions these tests called")
+        if self.problem:
+            terminalreporter.write_line(f"afdb: {self.problem}")
+            return
+        for line in self.lines:
+            terminalreporter.write_line(line)
+        if self.details:
+            terminalreporter.write_line("")
+            for line in self.details:
+                terminalreporter.write_line(line)
+        for path in getattr(self, "written", []):
+            terminalreporter.write_line(f"afdb: wrote {path}")
+        if self.failing and self.config.getoption("afdb_report_only", False):
+            terminalreporter.write_line(
+                "afdb: --afdb-report-only: the session's exit status ignores these failures"
+            )
+
+
+def _check(
+    args: argparse.Namespace,
+    recording: Any,
+    classes: dict[str, Any],
+    lines: Any,
+    tty: bool,
+    *,
+    xdist: bool = False,
+) -> Any:
+    from harness.cli.check_recorded import check_recording
+
+    return check_recording(
+        args, recording=recording, classes=classes, lines=lines, progress=bool(tty), xdist=xdist
+    )
+
+
+__all__ = ["RecordedCheckSession", "check_argv"]

@@ -1,0 +1,255 @@
+"""A recording's Functions as entries, or the reason one cannot be checked.
+
+Each recorded Function with at least one recorded call becomes an ``Entry`` named by its
+target (``mylib.ops:SoftSort``) whose samples are its recorded calls, as a fixed list:
+``harness.entries.user_sample_fn`` then gives each batch slice distinct data by
+perturbation (floating noise, shuffled integer tensors where the forward accepts them).
+The class is the live one when the recording process checks (``classes``), else imported
+again by its target; a class that cannot be (``__main__``, ``<locals>``) is reported as
+such with how to check it, never skipped silently.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from autograd_function_db.entry import Entry, Sample
+from harness.core.errors import UsageError
+from harness.plans.pytrees import leaves
+from harness.recorded.declare import Declaration
+
+#: What each recorded Function became (``RecordedEntry.state``).
+CHECKED = "checked"
+NEVER_CALLED = "never called"
+NOT_RECORDABLE = "not recordable"
+NOT_IMPORTABLE = "not importable"
+NESTED_ONLY = "nested only"
+
+
+@dataclass(frozen=True)
+class RecordedEntry:
+    """One recorded Function: its entry when it can be checked, else why not."""
+
+    target: str
+    state: str
+    entry: Entry | None = None
+    note: str = ""
+    legacy: bool = False
+    #: How many calls the program made, and the places (tests, file:line) of the recorded ones.
+    call_count: int = 0
+    places: tuple[str, ...] = ()
+    #: Floating tensor arguments no recorded call had requires_grad on.
+    never_differentiated: tuple[int, ...] = ()
+    declaration: Declaration | None = None
+    nested_in: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _custom_op(target: str) -> Any:
+    """``ns::name`` (or ``ns::name.overload``) as the torch.ops object."""
+    qual = target.split(":", 2)[-1] if "::" not in target else target
+    ns, _, rest = qual.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, ns), name)
+        return getattr(packet, overload) if overload else packet
+    except (AttributeError, RuntimeError) as e:
+        raise UsageError(f"custom op {target}: not registered in this process ({e})") from None
+
+
+def _positional(cls: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], legacy: bool) -> tuple:
+    """A recorded call's arguments as one positional tuple (samples are positional)."""
+    if not kwargs:
+        return tuple(args)
+    forward = getattr(cls, "forward", None)
+    try:
+        params = list(inspect.signature(forward).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise UsageError(
+            "its forward's signature cannot be read to place keyword arguments"
+        ) from None
+    if legacy and params:
+        params = params[1:]  # ctx
+    sig = inspect.Signature(params)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise UsageError(f"its keyword arguments do not bind to forward: {e}") from None
+    bound.apply_defaults()
+    return tuple(bound.args)
+
+
+def never_differentiated(samples: Sequence[Sample], requires: Sequence[Sequence[bool]]) -> tuple:
+    """Positions of floating tensor arguments that no call had requires_grad on."""
+    if not samples:
+        return ()
+    out = []
+    for i in range(len(samples[0].args)):
+        floating = all(
+            any(
+                isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+                for _, v in leaves(s.args[i])
+            )
+            for s in samples
+            if i < len(s.args)
+        )
+        if floating and not any(r[i] for r in requires if i < len(r)):
+            out.append(i)
+    return tuple(out)
+
+
+def _requires_grad(args: tuple[Any, ...]) -> list[bool]:
+    return [
+        any(isinstance(v, torch.Tensor) and v.requires_grad for _, v in leaves(a)) for a in args
+    ]
+
+
+def _detached(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    from harness.plans.pytrees import map_leaves
+
+    return tuple(
+        map_leaves(a, lambda _k, v: v.detach() if isinstance(v, torch.Tensor) else v) for a in args
+    )
+
+
+#: Why a class that cannot be imported again was not checked, and how to check it.
+UNIMPORTABLE = (
+    "defined where it cannot be imported again (__main__, a function or a test): it is "
+    "checked only in the recording process, with `afdb record --check` or `pytest --afdb`"
+)
+#: The same under pytest-xdist: a worker recorded it, the controller cannot load it.
+UNIMPORTABLE_XDIST = (
+    "defined where it cannot be imported again (a function or a test) and recorded by a "
+    "pytest-xdist worker, so the controller cannot check it: run `pytest --afdb` without -n"
+)
+
+
+def _load_class(function: Any, classes: Mapping[str, Any] | None, unimportable: str) -> Any:
+    """The live class (the recording process) or the one imported by its target."""
+    if classes and function.target in classes:
+        return classes[function.target]
+    if function.kind == "custom_op":
+        return _custom_op(function.target)
+    if not function.importable:
+        raise UsageError(unimportable)
+    from harness.targets import load_attr
+
+    return load_attr(function.target, "recorded Function")
+
+
+def recorded_entry(
+    function: Any,
+    *,
+    classes: Mapping[str, Any] | None = None,
+    declarations: Mapping[str, Declaration] | None = None,
+    default: Declaration | None = None,
+    unimportable: str = UNIMPORTABLE,
+) -> RecordedEntry:
+    """One ``RecordedFunction`` as a ``RecordedEntry``; ``default`` applies where no
+    declaration names the Function (the command line's own capability flags)."""
+    from harness.entries import make_entry
+
+    decl = (declarations or {}).get(function.target) or default
+    common: dict[str, Any] = {
+        "legacy": bool(function.legacy),
+        "call_count": int(function.call_count),
+        "places": tuple(
+            dict.fromkeys(
+                [c.where for c in function.calls if c.where]
+                + [s.where for s in function.skipped if s.where]
+            )
+        ),
+        "declaration": decl,
+        "nested_in": tuple(function.nested_in),
+    }
+    if not function.calls:
+        if function.skipped:
+            first = function.skipped[0]
+            more = sum(int(getattr(s, "count", 1)) for s in function.skipped) - 1
+            note = f"{first.reason} ({first.where})" if first.where else first.reason
+            if more > 0:
+                note += f"; and {more} more call{'s' if more > 1 else ''} not recordable"
+            return RecordedEntry(function.target, NOT_RECORDABLE, note=note, **common)
+        under = int(getattr(function, "under_transform", 0) or 0)
+        if under and not function.nested_in:
+            return RecordedEntry(
+                function.target,
+                NOT_RECORDABLE,
+                note=f"called only under a torch.func transform ({under} calls; their "
+                "arguments are wrapped tensors): call it once outside a transform to record it",
+                **common,
+            )
+        if function.nested_in:
+            inside = ", ".join(function.nested_in)
+            return RecordedEntry(
+                function.target,
+                NESTED_ONLY,
+                note=f"called only inside {inside}, which is checked with it; call it directly "
+                "in a test to check it on its own",
+                **common,
+            )
+        return RecordedEntry(function.target, NEVER_CALLED, **common)
+    try:
+        cls = _load_class(function, classes, unimportable)
+    except UsageError as e:
+        return RecordedEntry(function.target, NOT_IMPORTABLE, note=str(e), **common)
+    samples: list[Sample] = []
+    requires: list[list[bool]] = []
+    problems: list[str] = []
+    for i, call in enumerate(function.calls):
+        try:
+            args = _positional(cls, tuple(call.args), dict(call.kwargs), bool(function.legacy))
+        except UsageError as e:
+            problems.append(f"call {i} ({call.where}): {e}")
+            continue
+        requires.append(_requires_grad(args))
+        samples.append(Sample(_detached(args), f"call{i}"))
+    if not samples:
+        return RecordedEntry(function.target, NOT_RECORDABLE, note="; ".join(problems), **common)
+    gradient = decl.gradient if decl else "derivative"
+    caps = dict(decl.capabilities) if decl else {}
+    try:
+        entry = make_entry(cls, samples, name=function.target, gradient=gradient, **caps)
+    except UsageError as e:
+        return RecordedEntry(function.target, NOT_IMPORTABLE, note=str(e), **common)
+    skipped_nondiff = set(caps.get("nondiff_args", ()))
+    never = tuple(i for i in never_differentiated(samples, requires) if i not in skipped_nondiff)
+    return RecordedEntry(
+        function.target, CHECKED, entry=entry, never_differentiated=never, **common
+    )
+
+
+def recorded_entries(
+    recording: Any,
+    *,
+    classes: Mapping[str, Any] | None = None,
+    declarations: Mapping[str, Declaration] | None = None,
+    default: Declaration | None = None,
+    unimportable: str = UNIMPORTABLE,
+) -> list[RecordedEntry]:
+    """Every Function of the recording (its order), then those of ``--source`` never called."""
+    out = [
+        recorded_entry(
+            f,
+            classes=classes,
+            declarations=declarations,
+            default=default,
+            unimportable=unimportable,
+        )
+        for f in recording.functions
+    ]
+    seen = {r.target for r in out}
+    out += [RecordedEntry(t, NEVER_CALLED) for t in recording.never_called if t not in seen]
+    return out
+
+
+def unknown_declarations(
+    declarations: Mapping[str, Declaration], recorded: Sequence[RecordedEntry]
+) -> list[str]:
+    """Declared targets the recording does not hold (a typo, or a Function never called)."""
+    known = {r.target for r in recorded}
+    return [t for t in declarations if t not in known]
