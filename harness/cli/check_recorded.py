@@ -14,12 +14,14 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import CliError
-from harness.core.options import Options
 from harness.core.results import RunResult
 from harness.core.textsafe import visible
+
+if TYPE_CHECKING:  # core.options imports torch; `afdb check --help` must not
+    from harness.core.options import Options
 
 #: Where ``afdb record`` writes and ``--recorded`` reads when no DIR is named.
 DEFAULT_DIR = ".afdb/recorded"
