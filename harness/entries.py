@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -82,11 +82,25 @@ def function_class(target: Any) -> type:
 
 
 def samples_attribute(target: Any) -> Any:
-    """The ``samples`` a Function class or callable (or a custom op) carries, or None."""
+    """The ``samples`` a Function class or callable (or a custom op) carries, else a
+    module-level ``samples`` beside it (a callable or a list), or None."""
+    import sys
+
     samples = getattr(target, "samples", None)
-    if samples is not None or custom_op_of(target) is not None:
+    if samples is None and custom_op_of(target) is None:
+        samples = getattr(function_class(target), "samples", None)
+    if samples is not None:
         return samples
-    return getattr(function_class(target), "samples", None)
+    beside = getattr(sys.modules.get(getattr(target, "__module__", "") or ""), "samples", None)
+    return beside if callable(beside) or isinstance(beside, (list, tuple)) else None
+
+
+def samples_places(target: Any) -> str:
+    """Where ``samples_attribute`` looked, for the message when it found nothing."""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "TARGET"
+    module = getattr(target, "__module__", None)
+    beside = f" and a module-level `samples` in {module}" if module else ""
+    return f"looked for {name}.samples{beside}"
 
 
 def _custom_op_capabilities(op: Any, overrides: dict[str, Any]) -> Capabilities:
@@ -134,18 +148,26 @@ SAMPLES_MAX = 64
 
 
 class SampleCap:
-    """Whether a sample source gave more than ``SAMPLES_MAX`` samples (set as they are read)."""
+    """What reading a sample source found (set as it is read): more than ``SAMPLES_MAX``
+    samples (``capped``), and a source shaped like one sample (``single``: the hint the
+    plain-call probe adds when the samples cannot call the Function)."""
 
     def __init__(self) -> None:
         self.capped = False
+        self.generator = False
+        self.single = ""
 
     def note(self, what: str) -> str:
         if not self.capped:
             return ""
+        if self.generator:
+            return (
+                f"took the first {SAMPLES_MAX} samples of an unbounded generator ({what} "
+                f"yields more; the suite reads at most {SAMPLES_MAX}, never without end)"
+            )
         return (
-            f"{what} gave more than {SAMPLES_MAX} samples; the first {SAMPLES_MAX} are "
-            f"checked (the suite takes at most {SAMPLES_MAX}, so a generator that never ends "
-            "is not read without end)"
+            f"took the first {SAMPLES_MAX} samples of {what}, which gives more (the suite "
+            f"reads at most {SAMPLES_MAX})"
         )
 
 
@@ -166,6 +188,16 @@ def _as_samples(items: Any, source: Any = None, cap: SampleCap | None = None) ->
             f"{what} returned a {type(items).__name__}; return an iterable of argument tuples "
             "or Sample objects, e.g. [(torch.randn(4, 5),)]"
         )
+    if isinstance(items, (dict, str, bytes)):  # its keys or characters would be the samples
+        kind = "dict" if isinstance(items, dict) else type(items).__name__
+        raise SamplesError(
+            f"{what} returned a {kind}, which reads as one sample per "
+            f"{'key' if kind == 'dict' else 'character'}: return a list of argument tuples, "
+            "e.g. [(x, y)] (Sample(args, name) objects to name them)"
+        )
+    if cap is not None:
+        cap.generator = isinstance(items, Iterator)
+        cap.single = _single_sample_hint(items, what)
     out = []
     for i, s in enumerate(itertools.islice(items, SAMPLES_MAX + 1)):
         if i == SAMPLES_MAX:
@@ -181,6 +213,20 @@ def _as_samples(items: Any, source: Any = None, cap: SampleCap | None = None) ->
     if not out:
         raise SamplesError(f"{what} returned no samples; return at least one argument tuple")
     return out
+
+
+def _single_sample_hint(items: Any, what: str) -> str:
+    """The hint for a source shaped like one sample: a tuple of tensors (each tensor would be
+    a sample of one argument) is most likely one argument tuple returned without its list."""
+    if not isinstance(items, tuple) or len(items) < 2:
+        return ""
+    if not all(isinstance(v, torch.Tensor) for v in items):
+        return ""
+    return (
+        f"{what} returned a tuple of {len(items)} tensors, read as {len(items)} samples of one "
+        f"argument each; if it is one sample, return a list of argument tuples: "
+        f"[({', '.join('a' + str(i) for i in range(len(items)))})]"
+    )
 
 
 def _call_samples(samples: Callable[..., Any], cap: SampleCap, *args: Any) -> list[Sample]:
@@ -503,6 +549,20 @@ def base_samples(entry: Entry, options: Options) -> list[Sample]:
     if not samples:
         raise SamplesError(f"the samples for {entry.name} are empty; return at least one sample")
     return samples
+
+
+def refuse_unfit_samples(entry: Entry, options: Options, *, isolate: bool = False) -> None:
+    """``SamplesError`` when a sample cannot call the Function with no transform at all
+    (``harness.engine.probe``): one line naming the sample, the call and the exception,
+    with a hint when the source looked like one sample instead of a list of them."""
+    from harness.engine.probe import probe_samples, refusal_line
+
+    refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s, isolate=isolate)
+    if refusal is None:
+        return
+    cap = getattr(entry.samples, "cap", None)
+    hint = cap.single if isinstance(cap, SampleCap) else ""
+    raise SamplesError(refusal_line(entry, refusal, hint))
 
 
 def _chunk_for(safe: Sequence[int], used: set[int]) -> tuple[int, int]:

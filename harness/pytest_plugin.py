@@ -175,7 +175,7 @@ def conformance_tests(
 
     def factory() -> _Suite:
         from harness.api import _expectations, infer_target, prepare, target_fields
-        from harness.entries import samples_attribute
+        from harness.entries import samples_attribute, samples_places
 
         nonlocal samples
         if samples is None:
@@ -184,8 +184,8 @@ def conformance_tests(
                 from harness.core.errors import UsageError
 
                 raise UsageError(
-                    f"{getattr(function, '__name__', function)} has no `samples` attribute; pass "
-                    "conformance_tests(function, samples)"
+                    f"{getattr(function, '__name__', function)} has no samples "
+                    f"({samples_places(function)}); pass conformance_tests(function, samples)"
                 )
         entry, opts = prepare(function, samples, **options)
         target = infer_target(function, samples, **target_fields(options))

@@ -225,12 +225,20 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
     )
 
 
-def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
-    """The entry and options for a user target: samples validated, batch sizes chosen."""
-    from harness.entries import base_samples, choose_batch_sizes, samples_note, slice_notes
+def prepared(spec: Any, options: Options, *, isolate: bool = True) -> tuple[Any, Options]:
+    """The entry and options for a user target: samples validated (each calls the Function
+    with no transform, in a forked child when ``isolate``), batch sizes chosen."""
+    from harness.entries import (
+        base_samples,
+        choose_batch_sizes,
+        refuse_unfit_samples,
+        samples_note,
+        slice_notes,
+    )
 
     entry = spec.make_entry()
     base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
+    refuse_unfit_samples(entry, options, isolate=isolate)  # samples that cannot call it: exit 2
     options = choose_batch_sizes(
         entry,
         options,
@@ -288,11 +296,11 @@ def print_check_summary(result: RunResult) -> None:
     unmatched = result.metadata.get("unmatched_expectations") or []
     for u in unmatched:
         print(f"  note: expectation {visible(repr(u))} matches no case")
-    from harness.api import summary_notes
+    from harness.api import summary_notes, verdict_line
 
     for note in summary_notes(result):
         print(f"note: {note}" if not note.startswith("nothing checked") else note)
-    print(f"{result.verdict}: {result.summary_line()}")
+    print(verdict_line(result))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -323,7 +331,7 @@ def check_once(args: argparse.Namespace) -> int:
         raise CliError("--accept needs --expectations FILE (the file to write)")
     controller_threads(args)
     spec = spec_from_args(args, args.target)
-    entry, options = prepared(spec, options)
+    entry, options = prepared(spec, options, isolate=args.isolate)
     if not args.quiet:
         name = visible(f"{spec.target}: {entry.name}", keep_newlines=False)
         print(f"afdb check {name} ({describe_function(entry)})")
