@@ -276,6 +276,9 @@ def print_check_summary(result: RunResult) -> None:
     if len(legacy) > 1:  # one line for the torch.func checks a legacy Function cannot run
         print(f"  ---- {len(legacy)} torch.func checks unsupported ({', '.join(legacy[:4])}, ...): "
               "legacy forward(ctx, ...), see the note below")  # fmt: skip
+    from harness.reports.grouping import message_headline
+
+    said: dict[str, str] = {}  # a reason shown once; later checks with it name the first
     for check, counts in per.items():
         if len(legacy) > 1 and check in legacy:
             continue
@@ -284,7 +287,12 @@ def print_check_summary(result: RunResult) -> None:
         mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
         line = f"  {mark} {check:<14} {cells}"
         if check in reasons and set(counts) == {"unsupported"}:
-            line += f" ({visible(reasons[check][:100], keep_newlines=False)})"
+            reason = reasons[check].split("\n", 1)[0]
+            if reason in said:
+                line += f" (as {said[reason]})"
+            else:
+                said[reason] = check
+                line += f" ({visible(message_headline(reason, 120), keep_newlines=False)})"
         print(line)
     from harness.reports.grouping import failure_groups, terminal_lines
 
@@ -341,6 +349,11 @@ def check_once(args: argparse.Namespace) -> int:
             print(f"slices: {options.slice_note}")
         if options.samples_note:
             print(f"samples: {visible(options.samples_note, keep_newlines=False)}")
+        from harness.checks.dtype_leg import LEG_ANNOUNCEMENT, leg_runs
+        from harness.entries import base_samples
+
+        if leg_runs(entry, base_samples(entry, options), options):
+            print(f"dtypes: {LEG_ANNOUNCEMENT}")
         n = worker_count(args)
         mode = (
             f"in {n} worker processes"
