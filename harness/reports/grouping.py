@@ -400,7 +400,9 @@ def terminal_lines(
             lines.append(f"  {g.status.upper()} {visible(first.id, keep_newlines=False)}")
         else:
             cause = f"one root cause; {g.follows_text}" if g.follows else "one root cause"
-            lines.append(f"  {g.status.upper()} {visible(headline(g), keep_newlines=False)} ({cause})")
+            lines.append(
+                f"  {g.status.upper()} {visible(headline(g), keep_newlines=False)} ({cause})"
+            )
         head, *rest = first.message.splitlines() or [""]
         shown = [message_headline(head)]
         budget = message_chars - len(shown[0])
