@@ -52,3 +52,13 @@ def yielded(seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """A generator of two samples (a minimal repro must index it like a list)."""
     yield _pair(seed)
     yield _pair(seed + 7)
+
+
+def flaky(seed: int) -> Any:
+    """Right samples, until ``AFDB_TEST_BREAK_SAMPLES`` is set: then drawing them raises (a
+    repro script that fails itself, which is not a reproduction)."""
+    import os
+
+    if os.environ.get("AFDB_TEST_BREAK_SAMPLES"):
+        raise RuntimeError("samples broken on purpose")
+    return [_pair(seed)]

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.core.repro_scope import has_minimal_script
 from harness.core.results import BAD_STATUSES, TIMEOUT, CaseResult, internal_first
 from harness.core.textsafe import visible
 
@@ -110,8 +111,11 @@ class Group:
 
     @property
     def repro(self) -> str:
-        """The reproducer of one of them (the first that has one)."""
-        return next((c.repro for c in self.cases if c.repro), "")
+        """The reproducer of one of them: the first whose case has a short script
+        (``harness.core.repro_scope``), else the first that has one."""
+        with_repro = [c for c in self.cases if c.repro]
+        short = [c for c in with_repro if has_minimal_script(c.check, c.plan)]
+        return (short or with_repro)[0].repro if with_repro else ""
 
     def ids(self, shown: int = 3) -> tuple[list[str], int]:
         """The first ``shown`` case ids and how many more there are."""

@@ -29,14 +29,12 @@ from autograd_function_db.entry import Entry
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import eager_outputs
 from harness.core.options import Options, sample_dtype
+from harness.core.repro_scope import COMPOSITES, FIRST_ORDER, VMAP_FAMILY
 from harness.engine.cases import Case, EntryData
 from harness.plans.plan import MID, normalize_dim, resolve_out_dim
 from harness.plans.slices import derive_seed, sample_seed
 from harness.repro.script import _literal
 
-VMAP_FAMILY = ("vmap", "vmap_nested", "vmap_chunked", "vmap_hazard")
-FIRST_ORDER = ("jvp", "vjp", "jacrev", "jacfwd")
-COMPOSITES = ("grad_of_vmap", "jvp_of_vmap", "vmap_of_vjp", "vmap_of_jvp")
 #: With ``gradient="custom"`` the suite accepts some results against either of two
 #: references; the short form covers the checks with one reference.
 CUSTOM_OK = (*VMAP_FAMILY, "vjp", *COMPOSITES)
@@ -95,9 +93,16 @@ class _Source:
             self._name(resolved(target.samples), where) if target.samples else f"{holder}.samples"
         )
         raw = target.load_samples(function)
-        first = list(raw(sample_seed(options.seed, entry.name, "slice", ())))[k]
+        drawn = raw(sample_seed(options.seed, entry.name, "slice", ()))
+        first = list(drawn)[k]
         many = hasattr(first, "args") or isinstance(first, (tuple, list))
-        item = f"{samples}({{seed}})[{k}]" + (".args" if hasattr(first, "args") else "")
+        # a generator (``yield``) or other iterable is indexed as a list, as the suite reads it
+        listed = (
+            f"{samples}({{seed}})"
+            if isinstance(drawn, (list, tuple))
+            else f"list({samples}({{seed}}))"
+        )
+        item = f"{listed}[{k}]" + (".args" if hasattr(first, "args") else "")
         if options.dtype is not None:  # the run's dtype, as the suite casts the samples
             cast = f"a.to({dtype}) if torch.is_tensor(a) and a.is_floating_point() else a"
             item = f"tuple({cast} for a in {item if many else f'({item},)'})"
@@ -130,16 +135,23 @@ class _Source:
     def header(self, doc: str) -> list[str]:
         lines = [_literal(doc) if '"""' in doc or "\\" in doc else f'"""{doc}"""']
         imports = [f"from {m} import {', '.join(names)}" for m, names in self.imports.items()]
+        lines += ["import os", "import sys", "import traceback", "", *OWN_FAILURE, "import torch"]
         if self.paths:
             here = "os.path.dirname(os.path.abspath(__file__))"
-            lines += ["import os", "import sys", "", "import torch"]
             lines += [
                 f"sys.path.insert(0, os.path.join({here}, {_literal(p)}))" for p in self.paths
             ]
-            lines += [f"{line}  # noqa: E402" for line in imports]
-        else:
-            lines += ["import sys", "", "import torch", *imports]
+        lines += [f"{line}  # noqa: E402" for line in imports]
         return [*lines, "", *self.setup]
+
+
+#: A script's own failure (a sample that cannot be drawn, a reference that raises, an import
+#: that fails) is no reproduction: its traceback and exit 2; exit 1 means reproduced.
+OWN_FAILURE = [
+    "# exit 1: reproduced; 0: not; 2: this script itself failed (its traceback above)",
+    "sys.excepthook = lambda *e: (sys.stdout.flush(), traceback.print_exception(*e), "
+    "sys.stderr.flush(), os._exit(2))",
+]
 
 
 # --- what the generator learns from the sample and one call of the Function -----------------
@@ -264,18 +276,53 @@ def generate_minimal(
             body, transform = _composite(entry, options, case, facts, src, diff)
         else:
             body, transform = _autodiff(entry, options, case, facts, src, diff)
-    tail = [
-        "try:",
-        "    torch.testing.assert_close(list(actual), list(expected), rtol=RTOL, atol=ATOL, "
-        "check_dtype=False, equal_nan=True)",
-        "except AssertionError as e:",
-        f'    print(f"REPRODUCED: {transform} differs from the reference\\n{{e}}")',
-        "    sys.exit(1)",
-        f'print("not reproduced: {transform} matches the reference here")',
-    ]
+    if any(line.startswith("NAMES = ") for line in body):  # compared item by item, named
+        tail = [
+            "for name, a, e, atol in zip(NAMES, actual, expected, ATOLS):",
+            "    try:",
+            "        torch.testing.assert_close(a, e, rtol=RTOL, atol=atol, check_dtype=False, "
+            "equal_nan=True)",
+            "    except AssertionError as err:",
+            f'        print(f"REPRODUCED: {transform} differs from the reference at the '
+            '{name}\\n{err}")',
+            "        sys.exit(1)",
+        ]
+    else:
+        tail = [
+            "try:",
+            "    torch.testing.assert_close(list(actual), list(expected), rtol=RTOL, atol=ATOL, "
+            "check_dtype=False, equal_nan=True)",
+            "except AssertionError as e:",
+            f'    print(f"REPRODUCED: {transform} differs from the reference\\n{{e}}")',
+            "    sys.exit(1)",
+        ]
+    tail.append(f'print("not reproduced: {transform} matches the reference here")')
     if any("fwAD." in line for line in body):
         lines.insert(lines.index("import torch") + 1, "import torch.autograd.forward_ad as fwAD")
-    return "\n".join([*lines, *body, *tail]) + "\n"
+    return "\n".join([*lines, *_raising_reproduces(body, transform), *tail]) + "\n"
+
+
+#: The first statement of a script's body that makes the transform call (the others draw
+#: the sample or compute the reference).
+_TRANSFORM_CALL = ("actual = ", "grads = ", "jac = ")
+
+
+def _raising_reproduces(body: list[str], transform: str) -> list[str]:
+    """``body`` with its transform call in a try: the transform raising is the case's
+    failure reproduced (exit 1, its traceback); any other exception is the script's own
+    (the header's hook: exit 2)."""
+    at = next((n for n, line in enumerate(body) if line.startswith(_TRANSFORM_CALL)), None)
+    if at is None:
+        return body
+    return [
+        *body[:at],
+        "try:",
+        f"    {body[at]}",
+        "except Exception:  # the transform raised: the failure the suite saw, reproduced",
+        "    traceback.print_exc()",
+        f'    sys.exit("REPRODUCED: {transform} raised")',
+        *body[at + 1 :],
+    ]
 
 
 def _slices(options: Options, entry: Entry, src: _Source, lv: Any, n: int) -> list[str]:
@@ -405,6 +452,7 @@ def _autodiff(
             "expected = fd(ts)",
         ], "torch.func.jvp"
     cotangents = _draw(seeds["cotangents"], "cotangents", f"{fx}(*xs)")
+    names = f"NAMES = [f'grad of input {{i}}' for i in {facts.diff!r}]  # as the suite names them"
     if check == "vjp" and entry.gradient == "custom":
         return [
             *lines,
@@ -413,17 +461,22 @@ def _autodiff(
             "leaves = [x.detach().requires_grad_() for x in xs]  # the reference: eager backward",
             f"expected = torch.autograd.grad({fx}(*leaves), leaves, cs, allow_unused=True, "
             "materialize_grads=True)",
+            names,
+            "ATOLS = [ATOL] * len(xs)",
         ], "torch.func.vjp"
-    if check == "vjp":  # <vjp(cs), ts> against <cs, J ts>, as the suite does for large inputs
+    if check == "vjp":  # <vjp(cs)_i, t_i> against <cs, J_i t_i>, input by input
         return [
             *lines,
             *_fd(h, diff),
             *_draw(seeds["tangents"], "tangents", "xs"),
             *cotangents,
             f"grads = torch.func.vjp({fx}, *xs)[1](tuple(cs))",
-            "actual = [sum((g.double() * t.double()).sum() for g, t in zip(grads, ts))]  # <vjp, t>",
-            "expected = [sum((c.double() * j).sum() for c, j in zip(cs, fd(ts)))]  # <c, J t>",
-            "ATOL *= sum(float(t.abs().sum()) for t in ts)  # a sum of products: its tolerance",
+            "alone = lambda i: [t if k == i else 0 * t for k, t in enumerate(ts)]  # noqa: E731",
+            "actual = [(g.double() * t.double()).sum() for g, t in zip(grads, ts)]  # <grad_i, t_i>",
+            "expected = [sum((c.double() * j).sum() for c, j in zip(cs, fd(alone(i)))) for i in "
+            "range(len(ts))]  # <c, J_i t_i>",
+            names,
+            "ATOLS = [ATOL * float(t.abs().sum()) for t in ts]  # a sum of products: its tolerance",
         ], "<torch.func.vjp(cotangents), tangents>"
     jac = f"torch.func.{check}"
     return [
