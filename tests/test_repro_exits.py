@@ -109,3 +109,24 @@ def test_a_group_suggests_a_case_with_a_short_script_when_it_has_one():
     assert g.repro == contract.repro
     leg = _case("vjp", "dtype=float32", leg=True)
     assert failure_groups([leg])[0].repro == leg.repro
+
+
+LF = "tests/legacy_functions.py"
+
+
+@pytest.mark.parametrize(
+    "bug, check, words",
+    [
+        ("LegacyBackwardForgetsW", "eager_vjp", "differs from the reference at the grad of input 0"),
+        ("LegacyJvpForgetsWTangent", "eager_jvp", "eager forward-mode AD (the Function's jvp) differs"),
+    ],
+)  # fmt: skip
+def test_a_legacy_functions_eager_case_gets_a_short_script(tmp_path, capsys, bug, check, words):
+    script, text = _write(tmp_path, f"{bug}/{check}/s0", f"{LF}:{bug}", f"{LF}:three_samples")
+    assert "a minimal script" in capsys.readouterr().out and len(text.splitlines()) <= 45
+    run = _run(script)
+    assert run.returncode == 1 and words in run.stdout, run.stdout + run.stderr
+    twin, _ = _write(tmp_path, f"LegacyScaledTanh/{check}/s0", f"{LF}:LegacyScaledTanh",
+                     f"{LF}:three_samples")  # fmt: skip
+    run = _run(twin)
+    assert run.returncode == 0 and "not reproduced" in run.stdout, run.stdout + run.stderr

@@ -14,7 +14,9 @@ from typing import Any
 VMAP_FAMILY = ("vmap", "vmap_nested", "vmap_chunked", "vmap_hazard")
 FIRST_ORDER = ("jvp", "vjp", "jacrev", "jacfwd")
 COMPOSITES = ("grad_of_vmap", "jvp_of_vmap", "vmap_of_vjp", "vmap_of_jvp")
-MINIMAL_CHECKS = frozenset((*VMAP_FAMILY, *FIRST_ORDER, *COMPOSITES))
+#: The eager checks of a Function torch.func cannot differentiate (a legacy one).
+EAGER = ("eager_vjp", "eager_jvp")
+MINIMAL_CHECKS = frozenset((*VMAP_FAMILY, *FIRST_ORDER, *COMPOSITES, *EAGER))
 
 
 def has_minimal_script(check: str, plan: dict[str, Any] | None) -> bool:
