@@ -551,13 +551,13 @@ def base_samples(entry: Entry, options: Options) -> list[Sample]:
     return samples
 
 
-def refuse_unfit_samples(entry: Entry, options: Options, *, isolate: bool = False) -> None:
+def refuse_unfit_samples(entry: Entry, options: Options) -> None:
     """``SamplesError`` when a sample cannot call the Function with no transform at all
-    (``harness.engine.probe``): one line naming the sample, the call and the exception,
-    with a hint when the source looked like one sample instead of a list of them."""
+    (``harness.engine.probe``, in a forked child where it can): one line naming the sample,
+    the call and the exception, with a hint when the source looked like one sample."""
     from harness.engine.probe import probe_samples, refusal_line
 
-    refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s, isolate=isolate)
+    refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s)
     if refusal is None:
         return
     cap = getattr(entry.samples, "cap", None)

@@ -225,9 +225,9 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
     )
 
 
-def prepared(spec: Any, options: Options, *, isolate: bool = True) -> tuple[Any, Options]:
+def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
     """The entry and options for a user target: samples validated (each calls the Function
-    with no transform, in a forked child when ``isolate``), batch sizes chosen."""
+    once with no transform), batch sizes chosen."""
     from harness.entries import (
         base_samples,
         choose_batch_sizes,
@@ -238,7 +238,7 @@ def prepared(spec: Any, options: Options, *, isolate: bool = True) -> tuple[Any,
 
     entry = spec.make_entry()
     base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
-    refuse_unfit_samples(entry, options, isolate=isolate)  # samples that cannot call it: exit 2
+    refuse_unfit_samples(entry, options)  # samples that cannot call the Function: exit 2
     options = choose_batch_sizes(
         entry,
         options,
@@ -339,7 +339,7 @@ def check_once(args: argparse.Namespace) -> int:
         raise CliError("--accept needs --expectations FILE (the file to write)")
     controller_threads(args)
     spec = spec_from_args(args, args.target)
-    entry, options = prepared(spec, options, isolate=args.isolate)
+    entry, options = prepared(spec, options)
     if not args.quiet:
         name = visible(f"{spec.target}: {entry.name}", keep_newlines=False)
         print(f"afdb check {name} ({describe_function(entry)})")

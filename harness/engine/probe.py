@@ -6,11 +6,14 @@ of every check, blamed on the Function's vmap rule or backward. Before any case 
 Function is called once per sample, eagerly; if that raises, the samples are the user's
 mistake: one line naming the sample, the call and the exception (``UsageError``, exit 2).
 
-The call runs under the guarantees of a case (``harness.engine.isolation``): a time limit,
-output captured, torch's global state put back, processes it started killed; and, when
-the run isolates its cases (``afdb check``), in a forked child, so a forward that crashes
-cannot take the command down. A call that hangs, crashes or raises a ``BaseException``
-(``SystemExit``) says nothing about the samples: the cases run and report it themselves.
+The calls run in a forked child where forking is safe (``forkpool.available``: Linux, no
+CUDA context), so they change nothing the cases then see: a forward that leaks state,
+counts its calls or crashes does so in the child, and the cases meet it as they would
+have (one fork, about a tenth of a second: ``benchmarks/test_bench_probe.py``). Elsewhere
+they run in this process under the guarantees of a case (``harness.engine.isolation``: a
+time limit, output captured, torch's global state put back, processes it started killed).
+A call that hangs, crashes or raises a ``BaseException`` (``SystemExit``) says nothing
+about the samples: the cases run and report it themselves.
 """
 
 from __future__ import annotations
@@ -137,9 +140,10 @@ def _forked(entry: Entry, samples: Sequence[Sample], timeout_s: float | None) ->
 
 
 def probe_samples(
-    entry: Entry, samples: Sequence[Sample], timeout_s: float | None, *, isolate: bool
+    entry: Entry, samples: Sequence[Sample], timeout_s: float | None, *, isolate: bool = True
 ) -> Refusal | None:
-    """The first sample that cannot call the Function (see the module docstring)."""
+    """The first sample that cannot call the Function (see the module docstring); in a
+    forked child unless ``isolate`` is False or forking is not safe here."""
     from harness.engine.forkpool import available
 
     if isolate and available():
