@@ -168,3 +168,12 @@ def test_a_conforming_session_has_no_root_cause_section(pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
     assert result.ret == 0
     assert "root cause" not in result.stdout.str()
+
+
+def test_the_markdown_report_says_what_follows_from_the_cause():
+    from harness.core.results import RunResult
+    from harness.reports.report import to_markdown
+
+    cases = [_case("vjp", 0, VJP), _case("vjp", 0, LEG, leg=True), _case("jacrev", 0, JAC)]
+    md = to_markdown(RunResult(cases))
+    assert "3 cases in vjp, jacrev (the float32 leg and jacrev fail where vjp does)" in md
