@@ -82,7 +82,8 @@ def check(
 
     Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or
     ``timeout``); raises ``UsageError`` for bad input (samples that raise or are
-    empty, a hazardous sample with fixed batch sizes, an unknown check).
+    empty, samples the Function raises for with no transform at all, a hazardous sample
+    with fixed batch sizes, an unknown check).
     """
     entry, run_options = prepare(function, samples, **options)
     exps = _expectations(expectations)
