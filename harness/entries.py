@@ -242,8 +242,14 @@ def refuse_unfit_samples(entry: Entry, options: Options) -> None:
     if refusal is None:
         return
     cap = getattr(entry.samples, "cap", None)
-    hint = cap.single if isinstance(cap, SampleCap) else ""
-    raise SamplesError(refusal_line(entry, refusal, hint))
+    hints = [cap.single] if isinstance(cap, SampleCap) and cap.single else []
+    if options.dtype is not None:  # the run cast them: their own dtype may be what fits
+        name = str(options.dtype).replace("torch.", "")
+        hints.append(
+            f"the samples were cast to {name} (--dtype {name}, dtype=); leave it out to keep "
+            "their own dtypes"
+        )
+    raise SamplesError(refusal_line(entry, refusal, "; ".join(hints)))
 
 
 def _chunk_for(safe: Sequence[int], used: set[int]) -> tuple[int, int]:
