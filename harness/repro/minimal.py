@@ -510,7 +510,7 @@ def _autodiff(
             "range(len(ts))]  # <c, J_i t_i>",
             names,
             "ATOLS = [ATOL * float(t.abs().sum()) for t in ts]  # a sum of products: its tolerance",
-        ], "<torch.autograd.grad(cotangents), tangents>" if eager else (
+        ], "<torch.autograd.grad(cotangents), tangents> (the eager backward)" if eager else (
             "<torch.func.vjp(cotangents), tangents>"
         )
     jac = f"torch.func.{check}"
