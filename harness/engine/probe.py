@@ -9,7 +9,7 @@ mistake: one line naming the sample, the call and the exception (``UsageError``,
 The calls run in a forked child where forking is safe (``forkpool.available``: Linux, no
 CUDA context), so they change nothing the cases then see: a forward that leaks state,
 counts its calls or crashes does so in the child, and the cases meet it as they would
-have (one fork, about a tenth of a second: ``benchmarks/test_bench_probe.py``). Elsewhere
+have (one fork, about 10 ms: ``benchmarks/test_bench_probe.py``). Elsewhere
 they run in this process under the guarantees of a case (``harness.engine.isolation``: a
 time limit, output captured, torch's global state put back, processes it started killed).
 A call that hangs, crashes or raises a ``BaseException`` (``SystemExit``) says nothing
