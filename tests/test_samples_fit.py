@@ -184,3 +184,19 @@ def test_the_legacy_note_names_only_the_eager_checks_that_checked_something():
     (note,) = [n for n in summary_notes(full) if "legacy forward" in n]
     assert "checked instead (eager_vjp, eager_jvp, eager_vjp_of_vjp)" in note
     assert "checked nothing" not in note
+
+
+class _UsesOpenMP(ms.Triple):
+    @staticmethod
+    def forward(x):
+        torch.linalg.matrix_exp(torch.randn(200, 64, 64))  # a parallel (OpenMP) kernel
+        return 3 * x
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the isolated probe forks")
+def test_the_forked_probe_survives_a_parallel_kernel_after_the_parent_used_one():
+    torch.linalg.matrix_exp(torch.randn(200, 64, 64))  # the parent's OpenMP team exists
+    entry = make_entry(_UsesOpenMP, ms.samples)
+    start = time.monotonic()
+    assert probe.probe_samples(entry, base_samples(entry, Options()), 60) is None
+    assert time.monotonic() - start < 20  # answered, not ended by its deadline

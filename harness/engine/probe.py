@@ -18,6 +18,7 @@ about the samples: the cases run and report it themselves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -108,6 +109,9 @@ def _forked(entry: Entry, samples: Sequence[Sample], timeout_s: float | None) ->
         code = 0
         try:
             os.close(read)
+            # one intra-op thread, as the fork pool's workers: an OpenMP team inherited
+            # from the parent would deadlock the child's first parallel kernel
+            torch.set_num_threads(1)
             found = probe_in_process(entry, samples, timeout_s)
             text = json.dumps(found.__dict__ if found else None).encode()
             os.write(write, text)
@@ -131,6 +135,9 @@ def _forked(entry: Entry, samples: Sequence[Sample], timeout_s: float | None) ->
             data += chunk
     finally:
         os.close(read)
+        # whatever ended the wait (an answer, the deadline, an exception here)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     try:
         found = json.loads(data.decode()) if data else None
