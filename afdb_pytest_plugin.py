@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -198,6 +199,7 @@ def _configure_check(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.pluginmanager.register(_NothingChecked(), "afdb-nothing-checked")
+    config.pluginmanager.register(_RootCauses(), "afdb-root-causes")
     _configure_check(config)
     record = config.getoption("afdb_record", None)
     if record:  # only now do torch and the harness load
@@ -214,3 +216,36 @@ def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
         return
     with open(os.path.join(results_dir, "crashed.jsonl"), "a") as f:
         f.write(json.dumps({"nodeid": crashitem}) + "\n")
+
+
+class _RootCauses:
+    """The non-conforming cases of a session, grouped by root cause in one terminal section
+    as ``afdb check`` prints them (each case stays its own failing item). A failing item's
+    record travels on its report (``afdb_result``), so an xdist controller sees its workers'."""
+
+    def __init__(self) -> None:
+        self.results: list[dict[str, Any]] = []
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        outcome = yield
+        if call.when != "call":
+            return
+        module = sys.modules.get("harness.pytest_plugin")
+        record = module.take_failure() if module is not None else None
+        if record is not None:
+            outcome.get_result().afdb_result = record
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        record = getattr(report, "afdb_result", None)
+        if isinstance(record, dict) and report.when == "call":
+            self.results.append(record)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.results:
+            return
+        from harness.pytest_plugin import root_cause_lines
+
+        terminalreporter.section("afdb: non-conforming cases by root cause")
+        for line in root_cause_lines(self.results):
+            terminalreporter.write_line(line)

@@ -31,6 +31,7 @@ from harness.entries import (
     base_samples,
     choose_batch_sizes,
     make_entry,
+    refuse_unfit_samples,
     samples_note,
     slice_notes,
 )
@@ -81,7 +82,8 @@ def check(
 
     Never raises for a misbehaving Function (its cases get ``error``, ``fail`` or
     ``timeout``); raises ``UsageError`` for bad input (samples that raise or are
-    empty, a hazardous sample with fixed batch sizes, an unknown check).
+    empty, samples the Function raises for with no transform at all, a hazardous sample
+    with fixed batch sizes, an unknown check).
     """
     entry, run_options = prepare(function, samples, **options)
     exps = _expectations(expectations)
@@ -177,6 +179,7 @@ def prepare(
         if len(set(sizes)) != len(sizes) or len(sizes) < 2:
             raise UsageError("nested batch sizes need two or more different sizes, e.g. (2, 3)")
         options = options.replace(nested_batch_sizes=sizes)
+    refuse_unfit_samples(entry, options)  # samples that cannot call the Function: UsageError
     options = choose_batch_sizes(
         entry,
         options,
@@ -264,7 +267,7 @@ def format_failures(result: RunResult, *, limit: int = 20) -> str:
         f"{plural(len(groups), 'root cause')}:"
     ]
     lines += terminal_lines(groups, limit=limit)
-    lines.append(f"{result.verdict}: {result.summary_line()}")
+    lines.append(verdict_line(result))
     return "\n".join(lines)
 
 
@@ -291,8 +294,59 @@ LEGACY_NOTE = (
     "generate_vmap_rule = True (`afdb migrate TARGET` does it and verifies it against the "
     "original, docs/migrating.md); {eager}"
 )
-EAGER_CHECKED = "eager autograd was checked instead (eager_vjp, eager_jvp, eager_vjp_of_vjp)"
+EAGER_CHECKS = ("eager_vjp", "eager_jvp", "eager_vjp_of_vjp")
+EAGER_CHECKED = "eager autograd was checked instead ({checked})"
 EAGER_NOT_RUN = "its eager autograd is checked by eager_vjp, eager_jvp and eager_vjp_of_vjp"
+
+
+def _eager_words(result: RunResult, legacy: set[str]) -> str:
+    """What the legacy note says of the eager checks: those that checked something, and
+    those that did not (unsupported, skipped) apart; never a check that was not run."""
+    from harness.core.results import NOT_CHECKED
+
+    ran: dict[str, bool] = {}
+    for c in result.cases:
+        if c.check.startswith("eager_") and c.entry in legacy:
+            ran[c.check] = ran.get(c.check, False) or c.status not in NOT_CHECKED
+    checked = [c for c in ran if ran[c]]
+    if not checked:
+        if ran:  # every eager case unsupported or skipped
+            return f"its eager checks ({', '.join(ran)}) checked nothing here (see their reasons)"
+        return EAGER_NOT_RUN
+    words = EAGER_CHECKED.format(checked=", ".join(checked))
+    idle = [c for c in ran if not ran[c]]
+    return words + (f"; {', '.join(idle)} checked nothing (see the reasons)" if idle else "")
+
+
+def no_derivative_note(result: RunResult) -> str:
+    """``no derivative checked (REASON)`` when the run checked something but every case of a
+    check that differentiates was unsupported or skipped (integer-only samples); else ""."""
+    from collections import Counter
+
+    from harness.checks.catalogue import CHECKS
+    from harness.core.results import NOT_CHECKED
+
+    if result.nothing_checked:
+        return ""
+    ad = [
+        c
+        for c in result.cases
+        if c.check in CHECKS and CHECKS[c.check].family in ("autodiff", "eager")
+    ]
+    if not ad or any(c.status not in NOT_CHECKED for c in ad):
+        return ""
+    reason = Counter(c.message.split("\n", 1)[0] for c in ad).most_common(1)[0][0]
+    from harness.reports.grouping import clip_words
+
+    return f"no derivative checked ({clip_words(reason, 160)})"
+
+
+def verdict_line(result: RunResult) -> str:
+    """``PASS: 68 cases: 16 pass, 52 unsupported``, and ``; no derivative checked (...)``
+    when no check that differentiates compared anything."""
+    line = f"{result.verdict}: {result.summary_line()}"
+    note = no_derivative_note(result)
+    return f"{line}; {note}" if note else line
 
 
 def summary_notes(result: RunResult) -> list[str]:
@@ -308,8 +362,7 @@ def summary_notes(result: RunResult) -> list[str]:
             if len({c.entry for c in result.cases}) == 1
             else f"{len(legacy)} Functions' ({', '.join(legacy[:5])}{', ...' if len(legacy) > 5 else ''})"
         )
-        eager = any(c.check.startswith("eager_") and c.entry in legacy for c in result.cases)
-        notes.append(LEGACY_NOTE.format(what=what, eager=EAGER_CHECKED if eager else EAGER_NOT_RUN))
+        notes.append(LEGACY_NOTE.format(what=what, eager=_eager_words(result, set(legacy))))
     refused = sorted(
         {
             c.entry

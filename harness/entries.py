@@ -8,9 +8,7 @@ so in the result. Used by the Python API, the CLI's targets and the pytest plugi
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -28,8 +26,14 @@ from autograd_function_db.entry import (
 from autograd_function_db.hazards import find_hazards, safe_batch_sizes, sample_dim_sizes
 from harness.core.errors import UsageError
 from harness.core.options import Options
-from harness.plans.pytrees import leaves, map_leaves
-from harness.plans.slices import derive_seed
+from harness.user_samples import (  # noqa: F401 (re-exported: callers import them from here)
+    SAMPLES_MAX,
+    SampleCap,
+    SamplesError,
+    samples_note,
+    slice_notes,
+    user_sample_fn,
+)
 
 
 def custom_op_of(target: Any) -> Any | None:
@@ -82,11 +86,25 @@ def function_class(target: Any) -> type:
 
 
 def samples_attribute(target: Any) -> Any:
-    """The ``samples`` a Function class or callable (or a custom op) carries, or None."""
+    """The ``samples`` a Function class or callable (or a custom op) carries, else a
+    module-level ``samples`` beside it (a callable or a list), or None."""
+    import sys
+
     samples = getattr(target, "samples", None)
-    if samples is not None or custom_op_of(target) is not None:
+    if samples is None and custom_op_of(target) is None:
+        samples = getattr(function_class(target), "samples", None)
+    if samples is not None:
         return samples
-    return getattr(function_class(target), "samples", None)
+    beside = getattr(sys.modules.get(getattr(target, "__module__", "") or ""), "samples", None)
+    return beside if callable(beside) or isinstance(beside, (list, tuple)) else None
+
+
+def samples_places(target: Any) -> str:
+    """Where ``samples_attribute`` looked, for the message when it found nothing."""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "TARGET"
+    module = getattr(target, "__module__", None)
+    beside = f" and a module-level `samples` in {module}" if module else ""
+    return f"looked for {name}.samples{beside}"
 
 
 def _custom_op_capabilities(op: Any, overrides: dict[str, Any]) -> Capabilities:
@@ -111,297 +129,6 @@ def _custom_op_capabilities(op: Any, overrides: dict[str, Any]) -> Capabilities:
         setup_context=True,
     )
     return dataclasses.replace(caps, **overrides) if overrides else caps
-
-
-def _accepts_seed(fn: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) or p.name == "seed"
-        for p in params.values()
-    )
-
-
-class SamplesError(UsageError):
-    """The user's samples callable raised or returned something unusable."""
-
-
-#: Samples taken from a samples callable (or list) at most: a generator that yields forever
-#: is read this far, not until memory runs out; the report says when more were given.
-SAMPLES_MAX = 64
-
-
-class SampleCap:
-    """Whether a sample source gave more than ``SAMPLES_MAX`` samples (set as they are read)."""
-
-    def __init__(self) -> None:
-        self.capped = False
-
-    def note(self, what: str) -> str:
-        if not self.capped:
-            return ""
-        return (
-            f"{what} gave more than {SAMPLES_MAX} samples; the first {SAMPLES_MAX} are "
-            f"checked (the suite takes at most {SAMPLES_MAX}, so a generator that never ends "
-            "is not read without end)"
-        )
-
-
-def _describe_source(samples: Any) -> str:
-    name = getattr(samples, "__qualname__", None) or getattr(samples, "__name__", None)
-    module = getattr(samples, "__module__", None)
-    return f"{module}.{name}" if module and name else repr(samples)
-
-
-def _as_samples(items: Any, source: Any = None, cap: SampleCap | None = None) -> list[Sample]:
-    what = f"the samples callable {_describe_source(source)}" if source is not None else "samples"
-    if items is None:
-        raise SamplesError(
-            f"{what} returned None; return a list of argument tuples, e.g. [(torch.randn(4, 5),)]"
-        )
-    if isinstance(items, (torch.Tensor, Sample)) or not isinstance(items, Iterable):
-        raise SamplesError(
-            f"{what} returned a {type(items).__name__}; return an iterable of argument tuples "
-            "or Sample objects, e.g. [(torch.randn(4, 5),)]"
-        )
-    out = []
-    for i, s in enumerate(itertools.islice(items, SAMPLES_MAX + 1)):
-        if i == SAMPLES_MAX:
-            if cap is not None:
-                cap.capped = True
-            break
-        if isinstance(s, Sample):
-            out.append(s)
-        elif isinstance(s, (tuple, list)):
-            out.append(Sample(tuple(s), f"sample{i}"))
-        else:
-            out.append(Sample((s,), f"sample{i}"))
-    if not out:
-        raise SamplesError(f"{what} returned no samples; return at least one argument tuple")
-    return out
-
-
-def _call_samples(samples: Callable[..., Any], cap: SampleCap, *args: Any) -> list[Sample]:
-    try:
-        items = samples(*args)
-        return _as_samples(items, samples, cap)
-    except SamplesError:
-        raise
-    except Exception as e:
-        from harness.core.locations import describe_exception
-
-        raise SamplesError(
-            f"the samples callable {_describe_source(samples)} raised {describe_exception(e)}; "
-            "fix it so it returns argument tuples"
-        ) from e
-
-
-def _cast(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
-    """Floating tensors in the run's dtype (None: their own), every tensor on the run's device."""
-    args = []
-    for a in sample.args:
-        if isinstance(a, torch.Tensor):
-            same_kind = dtype is not None and (
-                (a.is_floating_point() and dtype.is_floating_point)
-                or (a.is_complex() and dtype.is_complex)
-            )
-            if same_kind and a.dtype != dtype:
-                a = a.to(dtype)
-            if str(a.device) != str(device):
-                a = a.to(device)
-        args.append(a)
-    return Sample(tuple(args), sample.name)
-
-
-def _shuffle_seed(seed: int) -> int:
-    """The seed of the per-slice shuffles of integer/bool tensors (apart from the float noise)."""
-    return (seed * 31 + 7) % 2**63
-
-
-def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """The same values in another order: indices stay in range, masks keep their count."""
-    flat = a.detach().flatten()
-    return flat[torch.randperm(flat.numel(), generator=gen)].reshape(a.shape)
-
-
-def _perturbed(sample: Sample, seed: int, keep: frozenset[int] = frozenset()) -> Sample:
-    """Distinct data for a slice when the user's generator takes no seed.
-
-    Floating tensors get seeded noise of their own scale; integer and bool tensors
-    (indices, masks) are shuffled, which keeps every value valid, except the arguments
-    in ``keep`` (those the Function's forward refused shuffled); plain values are kept.
-    Tensors inside tuple/list/dict arguments are treated alike.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    shuffle_gen = torch.Generator().manual_seed(_shuffle_seed(seed))
-
-    def one(i: int, a: Any) -> Any:
-        if not isinstance(a, torch.Tensor):
-            return a
-        if a.is_floating_point() or a.is_complex():
-            noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
-            scale = float(a.detach().abs().mean()) if a.numel() else 1.0
-            return (a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype)
-        if i in keep or a.numel() < 2:
-            return a
-        return _shuffled(a, shuffle_gen)
-
-    def per_arg(i: int, a: Any) -> Any:
-        return map_leaves(a, lambda _k, v: one(i, v))
-
-    return Sample(tuple(per_arg(i, a) for i, a in enumerate(sample.args)), sample.name)
-
-
-#: How a slice with identical data is reported (the issue's words, per argument).
-IDENTICAL_SLICES = (
-    "argument {arg} is the same in every slice: a rule that mixes its slices would go "
-    "unnoticed; give the samples a seed parameter"
-)
-
-
-def _discrete_args(sample: Sample) -> list[int]:
-    return [
-        i
-        for i, a in enumerate(sample.args)
-        if any(
-            not (v.is_floating_point() or v.is_complex())
-            for _, v in leaves(a)
-            if isinstance(v, torch.Tensor)
-        )
-    ]
-
-
-class _SliceDiversity:
-    """For samples without a seed: which integer/bool arguments can be shuffled per slice.
-
-    An argument is shuffled when the Function's eager forward accepts the shuffled
-    sample (a sorted index or a mask with a pattern may be refused); otherwise it is
-    kept identical in every slice and ``notes()`` says so.
-    """
-
-    def __init__(self, call: Callable[..., Any] | None) -> None:
-        self.call = call
-        self.keep: dict[int, frozenset[int]] = {}
-        self.same: dict[int, list[int]] = {}
-
-    def decide(self, index: int, sample: Sample) -> frozenset[int]:
-        if index in self.keep:
-            return self.keep[index]
-        keep: set[int] = set()
-        same: list[int] = []
-        for i in _discrete_args(sample):
-            trial = _perturbed(sample, 1, frozenset(j for j in range(len(sample.args)) if j != i))
-            changed = any(
-                isinstance(v, torch.Tensor) and not torch.equal(v, w)
-                for (_, v), (_, w) in zip(leaves(trial.args[i]), leaves(sample.args[i]))
-            )
-            if not changed or not self._accepts(trial):
-                keep.add(i)
-                same.append(i)
-        self.keep[index] = frozenset(keep)
-        self.same[index] = same
-        return self.keep[index]
-
-    def _accepts(self, sample: Sample) -> bool:
-        if self.call is None:
-            return True
-        try:
-            with torch.no_grad():
-                self.call(*sample.args)
-        except Exception:
-            return False
-        return True
-
-    def notes(self, names: Sequence[str] = ()) -> list[str]:
-        out = []
-        for index, args in sorted(self.same.items()):
-            name = names[index] if index < len(names) else ""
-            for arg in args:
-                where = f"sample {index}" + (f" ({name})" if name else "")
-                out.append(f"{where}: " + IDENTICAL_SLICES.format(arg=arg))
-        return out
-
-
-def user_sample_fn(
-    samples: Any, call: Callable[..., Any] | None = None
-) -> Callable[[int, torch.dtype | None, str], list[Sample]]:
-    """Adapt a user's sample source into the registry's ``fn(seed, dtype, device)`` form.
-
-    A callable that accepts a seed is called once per slice with a derived seed (so
-    index tensors stay valid); one without is called once and its data perturbed per
-    slice (floating noise; integer/bool tensors shuffled where ``call``, the Function,
-    accepts that). Floating tensors keep their dtypes unless the run fixes one
-    (``dtype=``, ``--dtype``).
-    """
-    diversity = _SliceDiversity(call)
-    cap = SampleCap()
-
-    def varied(
-        base: Sequence[Sample], seed: int, dtype: torch.dtype | None, device: str
-    ) -> list[Sample]:
-        out = []
-        for k, s in enumerate(base):
-            keep = diversity.decide(k, _cast(s, dtype, device))
-            varied_s = _perturbed(s, derive_seed("perturb", seed), keep) if seed else s
-            out.append(_cast(varied_s, dtype, device))
-        return out
-
-    if isinstance(samples, (list, tuple)):
-        fixed = _as_samples(samples, cap=cap)
-
-        def listed(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
-            return varied(fixed, seed, dtype, device)
-
-        listed.user_seeded = False  # type: ignore[attr-defined]
-        listed.diversity = diversity  # type: ignore[attr-defined]
-        listed.own_dtypes = True  # type: ignore[attr-defined]
-        listed.cap = cap  # type: ignore[attr-defined]
-        listed.described = "the samples list"  # type: ignore[attr-defined]
-        return listed
-    if not callable(samples):
-        raise UsageError(
-            f"samples must be a callable returning argument tuples or Sample objects, got "
-            f"{type(samples).__name__}"
-        )
-    if _accepts_seed(samples):
-
-        def seeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
-            return [_cast(s, dtype, device) for s in _call_samples(samples, cap, seed)]
-
-        seeded.user_seeded = True  # type: ignore[attr-defined]
-        seeded.own_dtypes = True  # type: ignore[attr-defined]
-        seeded.cap = cap  # type: ignore[attr-defined]
-        seeded.described = f"the samples callable {_describe_source(samples)}"  # type: ignore[attr-defined]
-        return seeded
-
-    def unseeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
-        return varied(_call_samples(samples, cap), seed, dtype, device)
-
-    unseeded.user_seeded = False  # type: ignore[attr-defined]
-    unseeded.diversity = diversity  # type: ignore[attr-defined]
-    unseeded.own_dtypes = True  # type: ignore[attr-defined]
-    unseeded.cap = cap  # type: ignore[attr-defined]
-    unseeded.described = f"the samples callable {_describe_source(samples)}"  # type: ignore[attr-defined]
-    return unseeded
-
-
-def samples_note(entry: Entry) -> str:
-    """What the report says when the samples were capped at ``SAMPLES_MAX`` ("" if not);
-    call it after the samples were drawn."""
-    cap = getattr(entry.samples, "cap", None)
-    if not isinstance(cap, SampleCap):
-        return ""
-    return cap.note(str(getattr(entry.samples, "described", "the samples")))
-
-
-def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:
-    """What the report says about arguments that stay identical across slices ("" if none)."""
-    diversity = getattr(entry.samples, "diversity", None)
-    if diversity is None:
-        return ""
-    return "; ".join(diversity.notes([s.name for s in samples]))
 
 
 def is_custom_op(target: Any) -> bool:
@@ -503,6 +230,26 @@ def base_samples(entry: Entry, options: Options) -> list[Sample]:
     if not samples:
         raise SamplesError(f"the samples for {entry.name} are empty; return at least one sample")
     return samples
+
+
+def refuse_unfit_samples(entry: Entry, options: Options) -> None:
+    """``SamplesError`` when a sample cannot call the Function with no transform at all
+    (``harness.engine.probe``, in a forked child where it can): one line naming the sample,
+    the call and the exception, with a hint when the source looked like one sample."""
+    from harness.engine.probe import probe_samples, refusal_line
+
+    refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s)
+    if refusal is None:
+        return
+    cap = getattr(entry.samples, "cap", None)
+    hints = [cap.single] if isinstance(cap, SampleCap) and cap.single else []
+    if options.dtype is not None:  # the run cast them: their own dtype may be what fits
+        name = str(options.dtype).replace("torch.", "")
+        hints.append(
+            f"the samples were cast to {name} (--dtype {name}, dtype=); leave it out to keep "
+            "their own dtypes"
+        )
+    raise SamplesError(refusal_line(entry, refusal, "; ".join(hints)))
 
 
 def _chunk_for(safe: Sequence[int], used: set[int]) -> tuple[int, int]:

@@ -133,11 +133,45 @@ def _parametrized(name: str, suite_factory: Callable[[], _Suite]) -> Callable[..
         return pytest.mark.parametrize("afdb_case", ["setup"])(broken)
 
     def test(afdb_case: str) -> None:
-        _outcome(suite.run(afdb_case))
+        result = suite.run(afdb_case)
+        _note_failure(result)
+        _outcome(result)
 
     test.__name__ = name
     ids = suite.ids()
     return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
+
+
+#: The record of the non-conforming case this process ran last, until the plugin's report
+#: hook takes it (``afdb_pytest_plugin``: the terminal summary by root cause).
+_FAILED: list[dict[str, Any]] = []
+
+
+def _note_failure(result: Any) -> None:
+    _FAILED.clear()
+    if not result.ok:
+        _FAILED.append(result.to_dict())
+
+
+def take_failure() -> dict[str, Any] | None:
+    """The record ``_note_failure`` kept for the item just run (None: it conformed)."""
+    return _FAILED.pop() if _FAILED else None
+
+
+def root_cause_lines(records: Sequence[dict[str, Any]], limit: int = 30) -> list[str]:
+    """The session's non-conforming cases as ``afdb check`` prints them: one block per root
+    cause (headline, first ids, the command that reproduces one), then one count line."""
+    from harness.core.results import CaseResult
+    from harness.reports.grouping import failure_groups, plural, terminal_lines
+
+    cases = [CaseResult.from_dict(r) for r in records]
+    groups = failure_groups(cases)
+    entries = sorted({c.entry for c in cases})
+    who = entries[0] if len(entries) == 1 else f"{len(entries)} entries"
+    lines = [
+        f"{who}: {plural(len(cases), 'case')} do not conform, {plural(len(groups), 'root cause')}:"
+    ]
+    return [*lines, *terminal_lines(groups, limit=limit)]
 
 
 def _outcome(result: Any) -> None:
@@ -179,7 +213,7 @@ def conformance_tests(
 
     def factory() -> _Suite:
         from harness.api import _expectations, infer_target, prepare, target_fields
-        from harness.entries import samples_attribute
+        from harness.entries import samples_attribute, samples_places
 
         nonlocal samples
         if samples is None:
@@ -188,8 +222,8 @@ def conformance_tests(
                 from harness.core.errors import UsageError
 
                 raise UsageError(
-                    f"{getattr(function, '__name__', function)} has no `samples` attribute; pass "
-                    "conformance_tests(function, samples)"
+                    f"{getattr(function, '__name__', function)} has no samples "
+                    f"({samples_places(function)}); pass conformance_tests(function, samples)"
                 )
         entry, opts = prepare(function, samples, **options)
         target = infer_target(function, samples, **target_fields(options))

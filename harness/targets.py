@@ -363,10 +363,11 @@ class TargetSpec:
         samples = samples_attribute(function)
         if samples is not None:
             return samples
-        module = split_spec(self.target, "TARGET")[0]
+        module, attr = split_spec(self.target, "TARGET")
         raise UsageError(
-            f"TARGET {self.target} has no `samples` attribute; pass --samples {module}:NAME "
-            "naming a function that returns argument tuples (e.g. [(torch.randn(4, 5),)])"
+            f"TARGET {self.target} has no samples (looked for {attr}.samples and a "
+            f"module-level `samples` in {module}); pass --samples {module}:NAME naming a "
+            "function that returns argument tuples (e.g. [(torch.randn(4, 5),)])"
         )
 
     def make_entry(self) -> Any:

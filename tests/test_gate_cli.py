@@ -177,7 +177,10 @@ def project(tmp_path, monkeypatch):
         (["no_such_module:F"], "no module named 'no_such_module'"),
         (["lib.py:Missing"], "has no attribute 'Missing'; it defines"),
         (["lib.py:NOT_A_FUNCTION"], "is not a torch.autograd.Function subclass"),
-        (["lib.py:RotatePoints"], "has no `samples` attribute; pass --samples lib.py:NAME"),
+        (
+            ["lib.py:RotatePoints"],
+            "has no samples (looked for RotatePoints.samples and a module-level `samples` in lib.py); pass --samples lib.py:NAME",
+        ),
         (
             ["lib.py:RotatePoints", "--samples", "lib.py:raising_samples"],
             "raised RuntimeError: no data today",

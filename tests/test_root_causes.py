@@ -77,13 +77,15 @@ def test_wrong_out_dims_is_one_group_led_by_the_rule_contract():
 
 def test_a_second_bug_keeps_its_own_group():
     """Wrong out_dims and a wrong backward: the backward's failures (vjp, at no vmap plan) are
-    not put under the rule's contract; vjp_of_vjp, which says it follows from vjp, joins vjp."""
+    not put under the rule's contract; vjp_of_vjp, which says it follows from vjp, joins vjp,
+    and so do jacrev and the float32 leg of vjp, which fail where vjp does (issue 30)."""
     r = check(planted.RuleAndBackwardBugs, rotations.rotation_samples)
     groups = failure_groups(r.cases)
     assert groups[0].first.check == "contract"
     assert not {"vjp", "vjp_of_vjp", "jacrev"} & set(groups[0].checks)
     backward = next(g for g in groups if "vjp" in g.checks)
-    assert backward.checks == ["vjp", "vjp_of_vjp"]
+    assert backward.checks == ["vjp", "vjp_of_vjp", "jacrev"]
+    assert backward.follows_text == "the float32 leg and jacrev fail where vjp does"
 
 
 def _case(check, plan, status, message, sample=0):

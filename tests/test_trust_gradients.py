@@ -154,11 +154,12 @@ def test_float64_only_function_keeps_its_samples_dtype_by_default():
         ("vjp", "unsupported", "float32"),
     }
     assert all("refuses float32" in r.message for r in legs(result))
-    # the old default (cast to float32) made it raise its own assertion
-    cast = harness.check(R.Float64Only, R.float64_samples, dtype="float32", checks=["vjp"])
-    (case,) = cast.cases
-    assert case.status == "error" and "needs float64 input" in case.message
-    assert case.dtype == "float32"
+    # the old default (cast to float32) makes its plain call raise its own assertion: the
+    # samples no longer fit it, refused before any case (issue 30), naming the cast
+    with pytest.raises(harness.UsageError) as refused:
+        harness.check(R.Float64Only, R.float64_samples, dtype="float32", checks=["vjp"])
+    assert "needs float64 input" in str(refused.value)
+    assert "the samples were cast to float32 (--dtype float32, dtype=)" in str(refused.value)
 
 
 def test_float64_only_twin_fails_for_its_backward():
@@ -326,13 +327,13 @@ def test_afdb_check_keeps_the_samples_dtype_unless_dtype_is_given(tmp_path, caps
     argv += ["--no-isolate", "--checks", "vjp", "-q"]
     own, cast = tmp_path / "own.json", tmp_path / "cast.json"
     assert main(["check", *argv, "--json", str(own)]) == 0
-    assert main(["check", *argv, "--dtype", "float32", "--json", str(cast)]) == 1
-    capsys.readouterr()
-    own_report, cast_report = json.loads(own.read_text()), json.loads(cast.read_text())
+    # cast to float32, the samples no longer fit its plain call: refused before any case
+    assert main(["check", *argv, "--dtype", "float32", "--json", str(cast)]) == 2
+    assert "the samples were cast to float32" in capsys.readouterr().err
+    assert not cast.exists()
+    own_report = json.loads(own.read_text())
     assert own_report["metadata"]["dtype"] == "samples"
     own_cases = {c["id"]: c for c in own_report["cases"]}
     assert {c["dtype"] for i, c in own_cases.items() if "/dtype=" not in i} == {"float64"}
     leg = own_cases["Float64Only/vjp/s0/dtype=float32"]  # the float32 leg, refused
     assert leg["dtype"] == "float32" and leg["status"] == "unsupported"
-    assert {c["dtype"] for c in cast_report["cases"]} == {"float32"}
-    assert all("needs float64 input" in c["message"] for c in cast_report["cases"])

@@ -64,6 +64,19 @@ def dtype_legs(check: str, entry: Entry, sample: Sample, options: Options) -> li
     return [DtypeLeg((), "dtype leg", LEG_NAME)]
 
 
+#: How ``afdb check`` announces the leg where it runs (and the README and docs/cli.md).
+LEG_ANNOUNCEMENT = (
+    "float64 samples are also checked at float32 (the float32 leg of jvp and vjp): "
+    "--dtypes float64 to skip"
+)
+
+
+def leg_runs(entry: Entry, samples: Sequence[Sample], options: Options) -> bool:
+    """Whether the run has a float32 leg: some sample gets one for a selected leg check."""
+    checks = [c for c in LEG_CHECKS if options.checks is None or c in options.checks]
+    return any(dtype_legs(c, entry, s, options) for c in checks for s in samples)
+
+
 def _cast(a: Any) -> Any:
     def one(_k: Any, v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.dtype == torch.float64:

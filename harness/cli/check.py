@@ -239,11 +239,19 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
 
 
 def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
-    """The entry and options for a user target: samples validated, batch sizes chosen."""
-    from harness.entries import base_samples, choose_batch_sizes, samples_note, slice_notes
+    """The entry and options for a user target: samples validated (each calls the Function
+    once with no transform), batch sizes chosen."""
+    from harness.entries import (
+        base_samples,
+        choose_batch_sizes,
+        refuse_unfit_samples,
+        samples_note,
+        slice_notes,
+    )
 
     entry = spec.make_entry()
     base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
+    refuse_unfit_samples(entry, options)  # samples that cannot call the Function: exit 2
     options = choose_batch_sizes(
         entry,
         options,
@@ -281,6 +289,9 @@ def print_check_summary(result: RunResult) -> None:
     if len(legacy) > 1:  # one line for the torch.func checks a legacy Function cannot run
         print(f"  ---- {len(legacy)} torch.func checks unsupported ({', '.join(legacy[:4])}, ...): "
               "legacy forward(ctx, ...), see the note below")  # fmt: skip
+    from harness.reports.grouping import message_headline
+
+    said: dict[str, str] = {}  # a reason shown once; later checks with it name the first
     for check, counts in per.items():
         if len(legacy) > 1 and check in legacy:
             continue
@@ -289,7 +300,12 @@ def print_check_summary(result: RunResult) -> None:
         mark = "FAIL" if bad else ("----" if set(counts) <= {"unsupported", "skip"} else "ok  ")
         line = f"  {mark} {check:<14} {cells}"
         if check in reasons and set(counts) == {"unsupported"}:
-            line += f" ({visible(reasons[check][:100], keep_newlines=False)})"
+            reason = reasons[check].split("\n", 1)[0]
+            if reason in said:
+                line += f" (as {said[reason]})"
+            else:
+                said[reason] = check
+                line += f" ({visible(message_headline(reason, 120), keep_newlines=False)})"
         print(line)
     from harness.reports.grouping import failure_groups, terminal_lines
 
@@ -301,11 +317,11 @@ def print_check_summary(result: RunResult) -> None:
     unmatched = result.metadata.get("unmatched_expectations") or []
     for u in unmatched:
         print(f"  note: expectation {visible(repr(u))} matches no case")
-    from harness.api import summary_notes
+    from harness.api import summary_notes, verdict_line
 
     for note in summary_notes(result):
         print(f"note: {note}" if not note.startswith("nothing checked") else note)
-    print(f"{result.verdict}: {result.summary_line()}")
+    print(verdict_line(result))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -358,6 +374,11 @@ def check_once(args: argparse.Namespace) -> int:
             print(f"slices: {options.slice_note}")
         if options.samples_note:
             print(f"samples: {visible(options.samples_note, keep_newlines=False)}")
+        from harness.checks.dtype_leg import LEG_ANNOUNCEMENT, leg_runs
+        from harness.entries import base_samples
+
+        if leg_runs(entry, base_samples(entry, options), options):
+            print(f"dtypes: {LEG_ANNOUNCEMENT}")
         n = worker_count(args)
         mode = (
             f"in {n} worker processes"

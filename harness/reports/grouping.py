@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.core.repro_scope import has_minimal_script
 from harness.core.results import BAD_STATUSES, TIMEOUT, CaseResult, internal_first
 from harness.core.shape_origin import without_rule_lines
 from harness.core.textsafe import visible
@@ -82,6 +83,19 @@ class Group:
     status: str
     key: str
     cases: tuple[CaseResult, ...]
+    #: Failures folded in because they follow from this group's (``join_dependents``), in
+    #: words: ``the float32 leg``, ``jacrev``; the headline says they fail where it does.
+    follows: tuple[str, ...] = ()
+
+    @property
+    def follows_text(self) -> str:
+        """``the float32 leg and jacrev fail where vjp does`` ("" when nothing was folded)."""
+        if not self.follows:
+            return ""
+        parts = list(self.follows)
+        words = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+        verb = "fails" if len(parts) == 1 and not parts[0].endswith("legs") else "fail"
+        return f"{words} {verb} where {self.first.check} does"
 
     @property
     def first(self) -> CaseResult:
@@ -101,8 +115,11 @@ class Group:
 
     @property
     def repro(self) -> str:
-        """The reproducer of one of them (the first that has one)."""
-        return next((c.repro for c in self.cases if c.repro), "")
+        """The reproducer of one of them: the first whose case has a short script
+        (``harness.core.repro_scope``), else the first that has one."""
+        with_repro = [c for c in self.cases if c.repro]
+        short = [c for c in with_repro if has_minimal_script(c.check, c.plan)]
+        return (short or with_repro)[0].repro if with_repro else ""
 
     def ids(self, shown: int = 3) -> tuple[list[str], int]:
         """The first ``shown`` case ids and how many more there are."""
@@ -112,14 +129,93 @@ class Group:
 
 def group_cases(cases: Iterable[CaseResult]) -> list[Group]:
     """Groups in the order of their first case; consequences of a broken vmap rule joined
-    to the ``contract`` failures that name it (see ``join_rule_consequences``)."""
+    to the ``contract`` failures that name it (see ``join_rule_consequences``), failures
+    that follow from another check's joined to its group (``join_dependents``)."""
     buckets: dict[tuple[str, str, str], list[CaseResult]] = {}
     position: dict[int, int] = {}
     for n, c in enumerate(cases):
         position[id(c)] = n
         buckets.setdefault((c.entry, c.status, root_cause(c)), []).append(c)
     groups = [Group(e, s, k, tuple(cs)) for (e, s, k), cs in buckets.items()]
-    return join_rule_consequences(groups, position)
+    return join_dependents(join_rule_consequences(groups, position), position)
+
+
+#: Checks whose result follows from another's: the transform that builds them from it
+#: (``jacrev`` is ``vjp`` against each output's basis, ``jacfwd`` is ``jvp`` along each
+#: input's), so where both fail at one sample, the first is a consequence of the second.
+DEPENDS_ON = {"jacrev": "vjp", "jacfwd": "jvp"}
+#: A dtype leg's id: its sample's case id and ``/dtype=float32`` (harness.checks.dtype_leg).
+_LEG = re.compile(r"/dtype=(\w+)$")
+
+
+def _depends_on(case: CaseResult) -> tuple[str, str] | None:
+    """(the id of the case this one follows from, how to name this one), or None.
+
+    A dtype leg follows from its check at the sample's own dtype (a float32 failure of a
+    check that fails at float64 too is that failure, seen again); ``jacrev`` and
+    ``jacfwd`` follow from ``vjp`` and ``jvp`` at the same sample (``DEPENDS_ON``)."""
+    leg = _LEG.search(case.id)
+    if leg:
+        return case.id[: leg.start()], f"the {leg.group(1)} leg of {case.check}"
+    base = DEPENDS_ON.get(case.check)
+    if base and case.id.startswith(f"{case.entry}/{case.check}/") and not case.plan:
+        return f"{case.entry}/{base}/{case.id[len(case.entry) + len(case.check) + 2 :]}", case.check
+    return None
+
+
+def join_dependents(groups: list[Group], position: dict[int, int] | None = None) -> list[Group]:
+    """Groups whose every case follows from a failing case of one other group (``_depends_on``)
+    joined to it, which lists them in ``follows``. A group with a case that follows from
+    nothing failing (jacrev failing where vjp passes) is a bug of its own and stays apart."""
+    group_of_id = {c.id: g for g in groups for c in g.cases}
+    home: dict[int, tuple[Group, str]] = {}
+    for g in groups:
+        if g.status not in _JOINABLE:
+            continue
+        found = [_depends_on(c) for c in g.cases]
+        if not found or any(f is None for f in found):
+            continue
+        targets = {id(group_of_id[f[0]]) for f in found if f and f[0] in group_of_id}
+        if len(targets) != 1 or any(f and f[0] not in group_of_id for f in found):
+            continue
+        target = group_of_id[next(f for f in found if f)[0]]
+        if target is g or target.status not in _JOINABLE:
+            continue
+        names = list(dict.fromkeys(f[1] for f in found if f))
+        home[id(g)] = (target, ", ".join(names))
+    if not home:
+        return groups
+
+    def root(g: Group) -> Group:
+        seen = {id(g)}
+        while id(g) in home and id(home[id(g)][0]) not in seen:
+            g = home[id(g)][0]
+            seen.add(id(g))
+        return g
+
+    place = position or {id(c): n for n, c in enumerate(c for g in groups for c in g.cases)}
+    parts: dict[int, list[Group]] = {}
+    for g in groups:
+        if id(g) in home:
+            parts.setdefault(id(root(g)), []).append(g)
+    out: list[Group] = []
+    for g in groups:
+        if id(g) in home:
+            continue
+        joined = parts.get(id(g))
+        if not joined:
+            out.append(g)
+            continue
+        rest = sorted((c for p in joined for c in p.cases), key=lambda c: place[id(c)])
+        follows = [*g.follows]
+        for p in joined:
+            for word in (home[id(p)][1], *p.follows):
+                if word not in follows:
+                    follows.append(word)
+        anchor_check = g.first.check
+        words = tuple(w.replace(f" of {anchor_check}", "") for w in follows)
+        out.append(Group(g.entry, g.status, g.key, (*g.cases, *rest), words))
+    return out
 
 
 #: The check that tests a vmap rule's own outputs (harness.checks.contract): its failure at
@@ -252,13 +348,58 @@ def clip_words(text: str, limit: int) -> str:
     return text[:space].rstrip(" ,;:") + " \u2026"
 
 
+#: A console headline's length: a message's first line is shown as its first parts (split at
+#: "; ") that fit, never cut inside one; the full text stays in the reports.
+HEADLINE_CHARS = 200
+#: Past this a single part is cut (at a sentence end, else between words) all the same.
+_PART_CHARS = 300
+#: What a headline that left parts out ends with.
+MORE_IN_REPORTS = "\u2026 (the rest in the reports)"
+
+
+def _clip_sentence(text: str, limit: int) -> str:
+    """``text`` cut after its last sentence (or clause) that ends within ``limit``, else
+    between words: never inside a word."""
+    if len(text) <= limit:
+        return text
+    for mark in (". ", ": ", ", "):
+        end = text.rfind(mark, 0, limit)
+        if end > limit // 3:
+            return text[: end + 1].rstrip(",:") + " " + MORE_IN_REPORTS
+    clipped = clip_words(text, limit)
+    return clipped[:-2] + " " + MORE_IN_REPORTS if clipped.endswith(" \u2026") else clipped
+
+
+def message_headline(text: str, limit: int = HEADLINE_CHARS) -> str:
+    """The console's form of a message's first line: its parts (split at "; ") that fit in
+    ``limit`` characters, each part once (a sub-check that says the same again is left
+    out), ending with ``MORE_IN_REPORTS`` when a part that says more was left out."""
+    parts: list[str] = []
+    seen: set[str] = set()
+    cut = False
+    for part in text.strip().split("; "):
+        if part.strip() in seen:
+            continue
+        seen.add(part.strip())
+        if parts and len("; ".join([*parts, part])) > limit:
+            cut = True
+            break
+        parts.append(part)
+    line = "; ".join(parts)
+    if len(line) > _PART_CHARS:
+        return _clip_sentence(line, limit)
+    return f"{line}; {MORE_IN_REPORTS}" if cut else line
+
+
 def terminal_lines(
     groups: list[Group], *, limit: int, message_chars: int = 800, message_lines: int = 12
 ) -> list[str]:
     """The terminal's failure blocks: one per root cause, at most ``limit`` of them.
 
     A group of one case reads as the case itself; a larger one gives its count and checks,
-    the message of its first case, the first few ids and the repro of the first.
+    the headline of its first case's message (``message_headline``; the message's further
+    lines, each clipped between words, at most ``message_lines`` and ``message_chars`` in
+    all), the first few ids and the repro of the first.
     """
     lines: list[str] = []
     for g in groups[:limit]:
@@ -266,14 +407,21 @@ def terminal_lines(
         if g.count == 1:
             lines.append(f"  {g.status.upper()} {visible(first.id, keep_newlines=False)}")
         else:
+            cause = f"one root cause; {g.follows_text}" if g.follows else "one root cause"
             lines.append(
-                f"  {g.status.upper()} {visible(headline(g), keep_newlines=False)} (one root cause)"
+                f"  {g.status.upper()} {visible(headline(g), keep_newlines=False)} ({cause})"
             )
-        message = first.message
-        if len(message) > message_chars:
-            message = message[:message_chars] + " ..."
+        head, *rest = first.message.splitlines() or [""]
+        shown = [message_headline(head)]
+        budget = message_chars - len(shown[0])
+        for line in rest[: message_lines - 1]:
+            line = clip_words(line, min(HEADLINE_CHARS, max(budget, 0)))
+            if budget <= 0 or not line:
+                break
+            budget -= len(line)
+            shown.append(line)
         # text from a Function: control characters shown, never sent to the terminal
-        lines.extend(f"    {visible(line)}" for line in message.splitlines()[:message_lines])
+        lines.extend(f"    {visible(line)}" for line in shown)
         if g.count > 1:
             lines.append(f"    cases: {visible(ids_text(g), keep_newlines=False)}")
         if g.repro:

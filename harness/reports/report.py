@@ -296,6 +296,8 @@ def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -
             if g.count == 1
             else f"{md_escape(g.entry)}: {md_escape(headline(g))}"
         )
+        if g.follows:  # failures that follow from this one, folded in: say so
+            what += f" ({md_escape(g.follows_text)})"
         lines.append(f"- **{g.status}** {what}: {md_escape(clip(g.first.message, max_message))}")
         if g.count > 1:
             lines.append(f"  - cases: {_ids_markdown([c.id for c in g.cases], shown=3)}")

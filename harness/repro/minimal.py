@@ -29,14 +29,12 @@ from autograd_function_db.entry import Entry
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import eager_outputs
 from harness.core.options import Options, sample_dtype
+from harness.core.repro_scope import COMPOSITES, MINIMAL_CHECKS, VMAP_FAMILY
 from harness.engine.cases import Case, EntryData
-from harness.plans.plan import MID, normalize_dim, resolve_out_dim
+from harness.plans.plan import MID, resolve_out_dim
 from harness.plans.slices import derive_seed, sample_seed
 from harness.repro.script import _literal
 
-VMAP_FAMILY = ("vmap", "vmap_nested", "vmap_chunked", "vmap_hazard")
-FIRST_ORDER = ("jvp", "vjp", "jacrev", "jacfwd")
-COMPOSITES = ("grad_of_vmap", "jvp_of_vmap", "vmap_of_vjp", "vmap_of_jvp")
 #: With ``gradient="custom"`` the suite accepts some results against either of two
 #: references; the short form covers the checks with one reference.
 CUSTOM_OK = (*VMAP_FAMILY, "vjp", *COMPOSITES)
@@ -97,9 +95,16 @@ class _Source:
             self._name(resolved(target.samples), where) if target.samples else f"{holder}.samples"
         )
         raw = target.load_samples(function)
-        first = list(raw(sample_seed(options.seed, entry.name, "slice", ())))[k]
+        drawn = raw(sample_seed(options.seed, entry.name, "slice", ()))
+        first = list(drawn)[k]
         many = hasattr(first, "args") or isinstance(first, (tuple, list))
-        item = f"{samples}({{seed}})[{k}]" + (".args" if hasattr(first, "args") else "")
+        # a generator (``yield``) or other iterable is indexed as a list, as the suite reads it
+        listed = (
+            f"{samples}({{seed}})"
+            if isinstance(drawn, (list, tuple))
+            else f"list({samples}({{seed}}))"
+        )
+        item = f"{listed}[{k}]" + (".args" if hasattr(first, "args") else "")
         if options.dtype is not None:  # the run's dtype, as the suite casts the samples
             cast = f"a.to({dtype}) if torch.is_tensor(a) and a.is_floating_point() else a"
             item = f"tuple({cast} for a in {item if many else f'({item},)'})"
@@ -132,16 +137,36 @@ class _Source:
     def header(self, doc: str) -> list[str]:
         lines = [_literal(doc) if '"""' in doc or "\\" in doc else f'"""{doc}"""']
         imports = [f"from {m} import {', '.join(names)}" for m, names in self.imports.items()]
+        lines += ["import os", "import sys", "import traceback", "", *OWN_FAILURE, "import torch"]
         if self.paths:
             here = "os.path.dirname(os.path.abspath(__file__))"
-            lines += ["import os", "import sys", "", "import torch"]
             lines += [
                 f"sys.path.insert(0, os.path.join({here}, {_literal(p)}))" for p in self.paths
             ]
-            lines += [f"{line}  # noqa: E402" for line in imports]
-        else:
-            lines += ["import sys", "", "import torch", *imports]
+        lines += [f"{line}  # noqa: E402" for line in imports]
         return [*lines, "", *self.setup]
+
+
+#: ``eager_jvp(fn, xs, ts)``: the primals then the tangents of ``fn``'s outputs, by eager
+#: forward-mode AD (the reference of the composites with jvp, and the eager_jvp check's call).
+EAGER_JVP = [
+    "",
+    "def eager_jvp(fn, xs, ts):  # eager forward-mode AD, primals then tangents",
+    "    with fwAD.dual_level():",
+    "        out = [fwAD.unpack_dual(o) for o in fn(*[fwAD.make_dual(x, t) for x, t in "
+    "zip(xs, ts)])]",
+    "        return tuple(o.primal for o in out) + tuple(o.tangent for o in out)",
+    "",
+]
+
+
+#: A script's own failure (a sample that cannot be drawn, a reference that raises, an import
+#: that fails) is no reproduction: its traceback and exit 2; exit 1 means reproduced.
+OWN_FAILURE = [
+    "# exit 1: reproduced; 0: not; 2: this script itself failed (its traceback above)",
+    "sys.excepthook = lambda *e: (sys.stdout.flush(), traceback.print_exception(*e), "
+    "sys.stderr.flush(), os._exit(2))",
+]
 
 
 # --- what the generator learns from the sample and one call of the Function -----------------
@@ -237,7 +262,7 @@ def generate_minimal(
     check = case.check
     if check == "contract":
         raise NotMinimal("the contract check (it inspects the vmap rule's raw return)")
-    if check not in (*VMAP_FAMILY, *FIRST_ORDER, *COMPOSITES):
+    if check not in MINIMAL_CHECKS:
         raise NotMinimal(f"the {check} check")
     if entry.gradient == "custom" and check not in CUSTOM_OK:
         raise NotMinimal("gradient=custom (the suite accepts either of two references)")
@@ -263,21 +288,58 @@ def generate_minimal(
             raise NotMinimal("nothing differentiable")
         diff = _Diff(facts)
         if check in COMPOSITES:
-            body, transform = _composite(entry, options, case, facts, src, diff)
+            from harness.repro.minimal_composite import composite_body
+
+            body, transform = composite_body(entry, options, case, facts, src, diff)
         else:
             body, transform = _autodiff(entry, options, case, facts, src, diff)
-    tail = [
-        "try:",
-        "    torch.testing.assert_close(list(actual), list(expected), rtol=RTOL, atol=ATOL, "
-        "check_dtype=False, equal_nan=True)",
-        "except AssertionError as e:",
-        f'    print(f"REPRODUCED: {transform} differs from the reference\\n{{e}}")',
-        "    sys.exit(1)",
-        f'print("not reproduced: {transform} matches the reference here")',
-    ]
+    if any(line.startswith("NAMES = ") for line in body):  # compared item by item, named
+        tail = [
+            "for name, a, e, atol in zip(NAMES, actual, expected, ATOLS):",
+            "    try:",
+            "        torch.testing.assert_close(a, e, rtol=RTOL, atol=atol, check_dtype=False, "
+            "equal_nan=True)",
+            "    except AssertionError as err:",
+            f'        print(f"REPRODUCED: {transform} differs from the reference at the '
+            '{name}\\n{err}")',
+            "        sys.exit(1)",
+        ]
+    else:
+        tail = [
+            "try:",
+            "    torch.testing.assert_close(list(actual), list(expected), rtol=RTOL, atol=ATOL, "
+            "check_dtype=False, equal_nan=True)",
+            "except AssertionError as e:",
+            f'    print(f"REPRODUCED: {transform} differs from the reference\\n{{e}}")',
+            "    sys.exit(1)",
+        ]
+    tail.append(f'print("not reproduced: {transform} matches the reference here")')
     if any("fwAD." in line for line in body):
         lines.insert(lines.index("import torch") + 1, "import torch.autograd.forward_ad as fwAD")
-    return "\n".join([*lines, *body, *tail]) + "\n"
+    return "\n".join([*lines, *_raising_reproduces(body, transform), *tail]) + "\n"
+
+
+#: The first statement of a script's body that makes the transform call (the others draw
+#: the sample or compute the reference).
+_TRANSFORM_CALL = ("actual = ", "grads = ", "jac = ")
+
+
+def _raising_reproduces(body: list[str], transform: str) -> list[str]:
+    """``body`` with its transform call in a try: the transform raising is the case's
+    failure reproduced (exit 1, its traceback); any other exception is the script's own
+    (the header's hook: exit 2)."""
+    at = next((n for n, line in enumerate(body) if line.startswith(_TRANSFORM_CALL)), None)
+    if at is None:
+        return body
+    return [
+        *body[:at],
+        "try:",
+        f"    {body[at]}",
+        "except Exception:  # the transform raised: the failure the suite saw, reproduced",
+        "    traceback.print_exc()",
+        f'    sys.exit("REPRODUCED: {transform} raised")',
+        *body[at + 1 :],
+    ]
 
 
 def _slices(options: Options, entry: Entry, src: _Source, lv: Any, n: int) -> list[str]:
@@ -406,7 +468,17 @@ def _autodiff(
             f"actual = torch.func.jvp({fx}, tuple(xs), tuple(ts))[1]",
             "expected = fd(ts)",
         ], "torch.func.jvp"
+    if check == "eager_jvp":  # a Function torch.func cannot differentiate: eager forward AD
+        return [
+            *lines,
+            *_fd(h, diff),
+            *EAGER_JVP,
+            *_draw(seeds["tangents"], "tangents", "xs"),
+            f"actual = eager_jvp({fx}, xs, ts)[{len(facts.outs)}:]  # the tangents of the outputs",
+            "expected = fd(ts)",
+        ], "eager forward-mode AD (the Function's jvp)"
     cotangents = _draw(seeds["cotangents"], "cotangents", f"{fx}(*xs)")
+    names = f"NAMES = [f'grad of input {{i}}' for i in {facts.diff!r}]  # as the suite names them"
     if check == "vjp" and entry.gradient == "custom":
         return [
             *lines,
@@ -415,18 +487,34 @@ def _autodiff(
             "leaves = [x.detach().requires_grad_() for x in xs]  # the reference: eager backward",
             f"expected = torch.autograd.grad({fx}(*leaves), leaves, cs, allow_unused=True, "
             "materialize_grads=True)",
+            names,
+            "ATOLS = [ATOL] * len(xs)",
         ], "torch.func.vjp"
-    if check == "vjp":  # <vjp(cs), ts> against <cs, J ts>, as the suite does for large inputs
+    if check in ("vjp", "eager_vjp"):  # <vjp(cs)_i, t_i> against <cs, J_i t_i>, input by input
+        eager = check == "eager_vjp"  # a Function torch.func cannot differentiate: autograd.grad
+        grads = (
+            f"grads = torch.autograd.grad({fx}(*leaves), leaves, cs, allow_unused=True, "
+            "materialize_grads=True)"
+            if eager
+            else f"grads = torch.func.vjp({fx}, *xs)[1](tuple(cs))"
+        )
+        leaves = ["leaves = [x.detach().requires_grad_() for x in xs]"] if eager else []
         return [
             *lines,
             *_fd(h, diff),
             *_draw(seeds["tangents"], "tangents", "xs"),
             *cotangents,
-            f"grads = torch.func.vjp({fx}, *xs)[1](tuple(cs))",
-            "actual = [sum((g.double() * t.double()).sum() for g, t in zip(grads, ts))]  # <vjp, t>",
-            "expected = [sum((c.double() * j).sum() for c, j in zip(cs, fd(ts)))]  # <c, J t>",
-            "ATOL *= sum(float(t.abs().sum()) for t in ts)  # a sum of products: its tolerance",
-        ], "<torch.func.vjp(cotangents), tangents>"
+            *leaves,
+            grads,
+            "alone = lambda i: [t if k == i else 0 * t for k, t in enumerate(ts)]  # noqa: E731",
+            "actual = [(g.double() * t.double()).sum() for g, t in zip(grads, ts)]  # <grad_i, t_i>",
+            "expected = [sum((c.double() * j).sum() for c, j in zip(cs, fd(alone(i)))) for i in "
+            "range(len(ts))]  # <c, J_i t_i>",
+            names,
+            "ATOLS = [ATOL * float(t.abs().sum()) for t in ts]  # a sum of products: its tolerance",
+        ], "<torch.autograd.grad(cotangents), tangents> (the eager backward)" if eager else (
+            "<torch.func.vjp(cotangents), tangents>"
+        )
     jac = f"torch.func.{check}"
     return [
         *lines,
@@ -443,120 +531,3 @@ def _flat(entry: Entry, *a: Any) -> tuple[Any, ...]:
     with torch.no_grad():
         out = entry.call(*a)
     return (out,) if isinstance(out, torch.Tensor) else tuple(out)
-
-
-def _composite(
-    entry: Entry,
-    options: Options,
-    case: Case,
-    facts: _Facts,
-    src: _Source,
-    diff: _Diff,
-) -> tuple[list[str], str]:
-    """vmap composed with the Function's autodiff, against a loop of per-slice eager
-    autodiff (``torch.autograd.functional.vjp``, ``torch.autograd.forward_ad``)."""
-    check = case.check
-    lv = facts.level(case)
-    n = len(facts.args)
-    dims = facts.out_dims(lv)
-    lines = [*diff.defs(), *_slices(options, entry, src, lv, n)]
-    outs = [facts.outputs[j] for j in facts.outs]
-    dtypes = f"[{', '.join(str(o.dtype) for o in outs)}]"
-    if check == "grad_of_vmap":
-        out_dims = dims[0] if lv.out_dims != MID else tuple(dims)
-        cut = [(o, normalize_dim(dims[j], o.dim() + 1)) for j, o in enumerate(facts.outputs)]
-        shapes = [(*o.shape[:d], lv.batch_size, *o.shape[d:]) for j, (o, d) in enumerate(cut)
-                  if j in facts.outs]  # fmt: skip
-        seed = derive_seed(options.seed, case.id, "cotangents")
-        return [
-            *lines,
-            f"vf = torch.func.vmap(call, in_dims=in_dims, out_dims={out_dims!r})",
-            f"gen = torch.Generator().manual_seed({seed})  # the suite's cotangents",
-            "cs = [torch.randn(s, generator=gen, dtype=torch.float64).to(d) for s, d in "
-            f"zip({shapes!r}, {dtypes})]",
-            f"actual = torch.func.vjp({diff.of('batched', 'vf')}, *{diff.pick('batched')})[1]"
-            "(tuple(cs))",
-            "# the reference: per slice, the eager backward; an unbatched input's grads summed",
-            f"per = [torch.autograd.functional.vjp({diff.of('a')}, tuple({diff.pick('a')}), "
-            f"tuple(c.select(d, b) for c, d in zip(cs, {[dims[j] for j in facts.outs]!r})))[1] "
-            "for b, a in enumerate(per_slice)]",
-            "expected = [torch.stack([p[m] for p in per], d) if d is not None else "
-            f"sum(p[m] for p in per) for m, d in enumerate({[lv.in_dims[i] for i in facts.diff]!r})]",
-        ], "torch.func.vjp of torch.func.vmap"
-    if lv.out_dims == MID:
-        raise NotMinimal("out_dims at an interior position under this composite")
-    out = lv.out_dims
-    kind = "tangents" if check in ("jvp_of_vmap", "vmap_of_jvp") else "cotangents"
-    extra_dim = getattr(case.plan, "extra_dims", (0,))[0]  # the extras' batch dim (vmap_of_*)
-    # each slice's own extras; unbatched ones: the first slice's in every slice
-    keys = [(b,) if b and extra_dim is not None else () for b in range(lv.batch_size)]
-    seeds = [derive_seed(options.seed, case.id, kind, key) for key in keys]
-    base = "per_slice[0]"
-    likes = diff.pick(base) if kind == "tangents" else diff.apply(base, diff.pick(base))
-    lines += [
-        f"gens = [torch.Generator().manual_seed(s) for s in {seeds!r}]  # the suite's {kind}",
-        "extras = [[torch.randn(v.shape, generator=g, dtype=torch.float64).to(v.dtype) for v in "
-        f"{likes}] for g in gens]",
-    ]
-    if check == "jvp_of_vmap":  # each tangent batched like its primal
-        tdims = [lv.in_dims[i] for i in facts.diff]
-        if None in tdims:  # an unbatched primal's tangent: the first slice's in every slice
-            lines += [
-                "extras = [[e[k] if d is not None else extras[0][k] for k, d in "
-                f"enumerate({tdims!r})] for e in extras]"
-            ]
-        lines += [
-            "bextras = [torch.stack([e[k] for e in extras], d) if d is not None else extras[0][k] "
-            f"for k, d in enumerate({tdims!r})]  # the tangents batched like the primals",
-        ]
-    else:
-        lines += [
-            f"ed = {extra_dim!r}  # the {kind}' batch dim",
-            "bextras = [torch.stack([e[k] for e in extras], ed) if ed is not None else "
-            "extras[0][k] for k in range(len(extras[0]))]",
-        ]
-    eager_jvp = [
-        "",
-        "def eager_jvp(fn, xs, ts):  # the reference: eager forward-mode AD, primals then tangents",
-        "    with fwAD.dual_level():",
-        "        out = [fwAD.unpack_dual(o) for o in fn(*[fwAD.make_dual(x, t) for x, t in "
-        "zip(xs, ts)])]",
-        "        return tuple(o.primal for o in out) + tuple(o.tangent for o in out)",
-        "",
-    ]
-    stack = f"expected = [torch.stack([p[m] for p in per], {out!r}) for m in range(len(per[0]))]"
-    if check == "vmap_of_vjp":
-        inner = f"torch.func.vjp({diff.of(f'ac[:{n}]')}, *{diff.pick(f'ac[:{n}]')})[1](ac[{n}:])"
-        return [
-            *lines,
-            f"vf = torch.func.vmap(lambda *ac: {inner}, in_dims=(*in_dims, *[ed] * len(extras[0])), "
-            f"out_dims={out!r})",
-            "actual = vf(*batched, *bextras)",
-            f"per = [torch.autograd.functional.vjp({diff.of('a')}, tuple({diff.pick('a')}), "
-            "tuple(e))[1] for a, e in zip(per_slice, extras)]  # the reference: eager backward",
-            stack,
-        ], "torch.func.vmap of torch.func.vjp"
-    if check == "vmap_of_jvp":
-        at = f"at[:{n}]"
-        inner = f"sum(torch.func.jvp({diff.of(at)}, tuple({diff.pick(at)}), at[{n}:]), ())"
-        return [
-            *lines,
-            *eager_jvp,
-            f"vf = torch.func.vmap(lambda *at: {inner}, in_dims=(*in_dims, *[ed] * len(extras[0])), "
-            f"out_dims={out!r})",
-            "actual = vf(*batched, *bextras)",
-            f"per = [eager_jvp({diff.of('a')}, {diff.pick('a')}, e) for a, e in "
-            "zip(per_slice, extras)]",
-            stack,
-        ], "torch.func.vmap of torch.func.jvp"
-    return [
-        *lines,
-        *eager_jvp,
-        f"vf = torch.func.vmap(call, in_dims=in_dims, out_dims={out!r})",
-        f"actual = sum(torch.func.jvp({diff.of('batched', 'vf')}, "
-        f"{'tuple(batched)' if diff.simple else 'tuple(' + diff.pick('batched') + ')'}, "
-        "tuple(bextras)), ())",
-        f"per = [eager_jvp({diff.of('a')}, {diff.pick('a')}, e) for a, e in "
-        "zip(per_slice, extras)]",
-        stack,
-    ], "torch.func.jvp of torch.func.vmap"
