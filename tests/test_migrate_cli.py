@@ -42,7 +42,9 @@ def fresh_pkg() -> Iterator[None]:
     drop()
 
 
-def _package(tmp_path: Path) -> Path:
+def _package(tmp_path: Path, samples: bool = True) -> Path:
+    """A package whose ``ops.py`` (relative import) holds a legacy Function, and a
+    module-level ``samples`` beside it unless ``samples=False``."""
     pkg = tmp_path / "mig_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -53,8 +55,13 @@ def _package(tmp_path: Path) -> Path:
         "    @staticmethod\n    def forward(ctx, x):\n        ctx.save_for_backward(x)\n"
         "        return x * FACTOR\n\n"
         "    @staticmethod\n    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n"
-        "        return g * FACTOR\n\n\n"
-        "def samples():\n    return [(torch.randn(3, generator=torch.Generator().manual_seed(0)),)]\n"
+        "        return g * FACTOR\n"
+        + (
+            "\n\ndef samples():\n"
+            "    return [(torch.randn(3, generator=torch.Generator().manual_seed(0)),)]\n"
+            if samples
+            else ""
+        )
     )
     return pkg
 
@@ -81,8 +88,9 @@ def test_file_in_a_package_with_relative_imports(
 def test_whole_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, fresh_pkg: object
 ) -> None:
-    """A package by name or folder: every file with a Function, each imported in its package."""
-    pkg = _package(tmp_path)
+    """A package by name or folder: every file with a Function, each imported in its package.
+    Without samples (no --samples, no samples attribute, none beside the class) it is refused."""
+    pkg = _package(tmp_path, samples=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     before = (pkg / "ops.py").read_bytes()

@@ -12,8 +12,9 @@ counts its calls or crashes does so in the child, and the cases meet it as they 
 have (one fork, about 10 ms: ``benchmarks/test_bench_probe.py``). Elsewhere
 they run in this process under the guarantees of a case (``harness.engine.isolation``: a
 time limit, output captured, torch's global state put back, processes it started killed).
-A call that hangs, crashes or raises a ``BaseException`` (``SystemExit``) says nothing
-about the samples: the cases run and report it themselves.
+A call that hangs, crashes, raises a ``BaseException`` (``SystemExit``) or a warning
+turned into an error by the user's filters says nothing about the samples: the cases run
+and report it themselves.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ def probe_in_process(
                             entry.call(*[_fresh(a) for a in sample.args])
                         except CaseTimeout:
                             raise
+                        except Warning:
+                            # a warning the user's filters made an error (``-W error``):
+                            # the Function's own behaviour, not samples that do not fit
+                            return None
                         except Exception as e:  # the samples' fault: they cannot call it
                             raised = describe_exception(e, limit=EXCEPTION_CHARS)
                             return Refusal(i, sample.name, raised)
