@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from autograd_function_db.entry import GRADIENT_CUSTOM, Entry, Tolerances
+from harness.checks import fd_error
 from harness.checks import finite_diff as fd
 from harness.checks import tolerances as dtype_tolerance
 from harness.checks.catalogue import (
@@ -113,6 +114,14 @@ class Findings:
     reference_step: float | None = None
     #: The entry's own declared tolerances, kept as a floor (None: the defaults).
     floor: tuple[float, float] | None = None
+    #: The case's notes (a passing case's message), where the not-comparable line goes.
+    notes: list[str] | None = None
+    #: Elements (or directions) compared with a finite-difference reference, and those left
+    #: out as not comparable (``harness.checks.fd_error``); the comparison that left out
+    #: most: (excluded, total, first index, what).
+    fd_compared: int = 0
+    fd_excluded: int = 0
+    fd_worst: tuple[int, int, str, str] | None = None
 
     def hint(self, text: str) -> None:
         if text and text not in self.hints:
@@ -127,7 +136,30 @@ class Findings:
     @classmethod
     def of(cls, ctx: CaseContext) -> Findings:
         rtol, atol = ctx.tolerances
-        return cls(rtol, atol)
+        return cls(rtol, atol, notes=ctx.notes)
+
+    def count_fd(self, compared: int, excluded: int, first: str, what: str) -> None:
+        """Record one comparison with a finite-difference reference (``fd_error``)."""
+        self.fd_compared += compared
+        self.fd_excluded += excluded
+        if excluded and (self.fd_worst is None or excluded > self.fd_worst[0]):
+            self.fd_worst = (excluded, compared + excluded, first, what)
+
+    def fd_note(self) -> str:
+        """The not-comparable line ("" when every element was comparable)."""
+        if self.fd_worst is None:
+            return ""
+        excluded, total, first, what = self.fd_worst
+        return fd_error.not_comparable_note(what, excluded, total, first)
+
+    def settle(self) -> None:
+        """No problems found: a case that compared no derivative element (all not
+        comparable) is ``unsupported``; otherwise the not-comparable line joins the notes."""
+        if self.fd_excluded and not self.fd_compared:
+            raise Unsupported(fd_error.nothing_comparable(self.fd_note()))
+        note = self.fd_note()
+        if note and self.notes is not None and note not in self.notes:
+            self.notes.append(note)
 
     @classmethod
     def derived(cls, ctx: CaseContext, view: DiffView) -> Findings:
@@ -183,6 +215,12 @@ class Findings:
             self.add(f"{label}: dtype {actual.dtype}, expected {dtype}")
             return False
         rtol, atol = self.tolerances_for(actual, expected)
+        estimate = fd_error.of(expected)
+        if estimate is not None and actual.shape == expected.shape and actual.numel():
+            got = fd_error.compare(actual, expected, estimate, rtol=rtol, atol=atol, label=label)
+            self.count_fd(got.compared, got.excluded, got.first_excluded, label)
+            self.add(got.message)
+            return got.message is None
         msg = compare_tensors(
             actual.detach(),
             expected.detach().to(actual.device),
@@ -196,7 +234,9 @@ class Findings:
 
     def raise_if_any(self, hint: str = "") -> None:
         if not self.problems:
+            self.settle()
             return
+        self.hint(self.fd_note())
         shown = self.problems[:MAX_PROBLEMS]
         more = len(self.problems) - len(shown)
         text = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")

@@ -74,6 +74,7 @@ from harness.checks.eager_second_order import (
     _leaves,
     run_eager_vjp_of_vjp,
 )
+from harness.checks.gauge import same_function
 from harness.checks.first_order import (
     compare_grads,
     draw_cotangents,
@@ -180,6 +181,9 @@ def run_eager_vjp(ctx: CaseContext) -> str:
     findings = Findings.derived(ctx, view)
     cot = draw_cotangents(ctx, view)
     custom = is_custom(entry)
+    if not custom:
+        same_function(ctx, view, "eager_vjp")
+        findings = Findings.derived(ctx, view)
     columns = view.columns()
     jac = None
     if not custom and columns <= FULL_JACOBIAN_MAX and not view.is_complex and jacobian_fits(view):
@@ -205,7 +209,12 @@ def run_eager_vjp(ctx: CaseContext) -> str:
         return baselines[outs]
 
     def check_grads(
-        label: str, ins: Sequence[int], outs: tuple[int, ...], grads: Sequence[Any], full: bool
+        label: str,
+        ins: Sequence[int],
+        outs: tuple[int, ...],
+        grads: Sequence[Any],
+        full: bool,
+        strided_now: bool = False,
     ) -> None:
         if custom:
             if full:
@@ -216,7 +225,18 @@ def run_eager_vjp(ctx: CaseContext) -> str:
             every = fd.vjp_from_jacobian(jac, cots, view.input_shapes)
             expected = [every[view.diff.index(i)] for i in ins]
         else:
-            fd_identity_check(ctx, findings, view, args64, label, ins, outs, cot, grads, columns)
+
+            def regrad(new: dict[int, torch.Tensor]) -> Sequence[Any]:
+                cs = [new[j].clone() for j in outs]
+                if strided_now:
+                    cs = [noncontiguous(c) for c in cs]
+                return attempt(  # type: ignore[no-any-return]
+                    label, eager_grads, entry, view.args, ins, outs, cs, strided=strided_now
+                )
+
+            fd_identity_check(
+                ctx, findings, view, args64, label, ins, outs, cot, grads, columns, regrad
+            )
             return
         compare_grads(
             findings,
@@ -252,7 +272,7 @@ def run_eager_vjp(ctx: CaseContext) -> str:
         watch.verify(label, findings, INPUT_WHY)
         cot_watch.verify(label, findings, COTANGENT_WHY)
         full = not strided and tuple(ins) == view.diff and tuple(outs) == view.outs
-        check_grads(label, ins, tuple(outs), grads, full)
+        check_grads(label, ins, tuple(outs), grads, full, strided)
         findings.outcome(name, before)
     findings.raise_if_any()
     if custom:
@@ -269,6 +289,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
     entry = ctx.entry
     tangents = draw_tangents(ctx, view)
     custom = is_custom(entry)
+    same_function(ctx, view, "eager_jvp")
     jac = None
     if custom:
         require_jacobian_budget(view, "the custom backward's Jacobian (reference)")

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from harness.checks import fd_error
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import (
     FULL_JACOBIAN_MAX,
@@ -23,6 +24,7 @@ from harness.checks.autodiff_refs import (
     restricted,
 )
 from harness.checks.catalogue import CaseContext, Unsupported
+from harness.checks.gauge import same_function
 from harness.checks.references import _identity_problems
 from harness.checks.second_order import (
     _follows,
@@ -99,7 +101,7 @@ def _custom_second_order_reference(
         p64,
         step=view.entry.tolerances.fd_step,
     )
-    return [b.reshape(p.shape) for b, p in zip(blocks[0], p64)], h
+    return [fd_error.reshaped(b, p.shape) for b, p in zip(blocks[0], p64)], h
 
 
 def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
@@ -117,6 +119,8 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
                 "Function's own (custom) rule, so its second order has no independent eager "
                 "reference; save the inputs and recompute in backward to have it checked"
             )
+    if not custom:
+        same_function(ctx, view, "eager_vjp_of_vjp")
     findings = Findings.derived(ctx, view)
     w = random_like(ctx.generator("outer cotangents"), xs)
     primals = [*xs, *cots]
@@ -134,7 +138,7 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
             p64 = [fd.upcast(p) for p in primals]
             directions = [random_like(gen, p64) for _ in range(IDENTITY_DIRECTIONS)]
             rhs = [
-                float(
+                fd_error.scalar(
                     attempt(
                         "finite differences of the eager vjp (reference)",
                         fd.directional,

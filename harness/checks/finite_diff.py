@@ -22,7 +22,9 @@ The formula
     ``(4 D(h/2) - D(h)) / 3`` where ``D(h) = (f(x + h t) - f(x - h t)) / 2h``:
     the truncation error is O(h^4), so a fairly large step (kinder to roundoff)
     still gives a float64 reference good to about 1e-11 relative for smooth
-    functions.
+    functions. A third difference at ``h/4`` gives each element its error estimate,
+    or marks it not comparable where the differences do not converge (a kink within
+    the step): ``harness.checks.fd_error``; the reference tensors carry it.
 
 Jacobians are built column by column (one direction per input element, each
 with its own magnitude-scaled step). A vector-Jacobian product is either
@@ -36,6 +38,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from harness.checks import fd_error
 
 #: Base relative step per dtype the forward computes in (with Richardson extrapolation).
 BASE_STEP: dict[torch.dtype, float] = {
@@ -98,10 +102,30 @@ def _central(
     primals: Sequence[torch.Tensor],
     tangents: Sequence[torch.Tensor | None],
     h: float,
-) -> list[torch.Tensor]:
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``D(h)`` per output, and the size of the values it differences (for the rounding)."""
     plus = [x if t is None else x + h * t for x, t in zip(primals, tangents)]
     minus = [x if t is None else x - h * t for x, t in zip(primals, tangents)]
-    return [(a - b) / (2 * h) for a, b in zip(_eval(fn, plus), _eval(fn, minus))]
+    diffs, sizes = [], []
+    for a, b in zip(_eval(fn, plus), _eval(fn, minus)):
+        diffs.append((a - b) / (2 * h))
+        sizes.append(torch.maximum(a.abs(), b.abs()))
+    return diffs, sizes
+
+
+def _estimated(
+    fn: Fn,
+    primals: Sequence[torch.Tensor],
+    tangents: Sequence[torch.Tensor | None],
+    h: float,
+    eps: float,
+) -> list[tuple[torch.Tensor, fd_error.Estimate]]:
+    """The Richardson difference along ``tangents`` per output, with its error estimate
+    (three central differences: h, h/2, h/4; see ``harness.checks.fd_error``)."""
+    d1, sizes = _central(fn, primals, tangents, h)
+    d2, _ = _central(fn, primals, tangents, h / 2)
+    d3, _ = _central(fn, primals, tangents, h / 4)
+    return [fd_error.richardson(*ds, eps, h) for ds in zip(d1, d2, d3, sizes)]
 
 
 def directional(
@@ -126,15 +150,17 @@ def directional(
     if _inf_norm(tangents) == 0.0:
         return [torch.zeros_like(o) for o in outputs]
     base = base_step(raw, step)
-    total: list[torch.Tensor] | None = None
+    eps = fd_error.eps_of(raw)
+    total: list[tuple[torch.Tensor, fd_error.Estimate | None]] | None = None
     for scale, part in scale_groups(primals, tangents):
         h = base * scale / _inf_norm(part)
-        coarse = _central(fn, primals, part, h)
-        fine = _central(fn, primals, part, h / 2)
-        estimate = [(4 * f - c) / 3 for f, c in zip(fine, coarse)]
-        total = estimate if total is None else [a + b for a, b in zip(total, estimate)]
+        found = _estimated(fn, primals, part, h, eps)
+        if total is None:
+            total = [(v, e) for v, e in found]
+        else:
+            total = [(a + v, fd_error.add(ea, e)) for (a, ea), (v, e) in zip(total, found)]
     assert total is not None  # some tangent is non-zero
-    return total
+    return [fd_error.attach(v, e) if e is not None else v for v, e in total]
 
 
 def _decade(x: torch.Tensor) -> torch.Tensor:
@@ -192,10 +218,11 @@ def jacobian(
         ref_out = list(fn(*primals))
     outputs = [o.detach().to(torch.float64) for o in ref_out]
     base = base_step(ref_out, step)
+    eps = fd_error.eps_of(ref_out)
     blocks: list[list[torch.Tensor]] = [[] for _ in outputs]
     for i in wrt:
         x = primals[i]
-        cols: list[list[torch.Tensor]] = [[] for _ in outputs]
+        cols: list[list[tuple[torch.Tensor, fd_error.Estimate]]] = [[] for _ in outputs]
         flat = x.reshape(-1)
         for e in range(x.numel()):
             h = base * max(1.0, abs(float(flat[e])))
@@ -203,15 +230,19 @@ def jacobian(
             tangent[e] = 1.0
             tangents: list[torch.Tensor | None] = [None] * len(primals)
             tangents[i] = tangent.reshape(x.shape)
-            coarse = _central(fn, primals, tangents, h)
-            fine = _central(fn, primals, tangents, h / 2)
-            for j, (f, c) in enumerate(zip(fine, coarse)):
-                cols[j].append((4 * f - c) / 3)
+            for j, column in enumerate(_estimated(fn, primals, tangents, h, eps)):
+                cols[j].append(column)
         for j, o in enumerate(outputs):
+            shape = (*o.shape, *x.shape)
             if cols[j]:
-                block = torch.stack(cols[j], dim=-1).reshape((*o.shape, *x.shape))
+                block = torch.stack([v for v, _ in cols[j]], dim=-1).reshape(shape)
+                estimate = fd_error.Estimate(
+                    torch.stack([est.error for _, est in cols[j]], dim=-1).reshape(shape),
+                    torch.stack([est.spread for _, est in cols[j]], dim=-1).reshape(shape),
+                )
+                fd_error.attach(block, estimate)
             else:
-                block = o.new_zeros((*o.shape, *x.shape))
+                block = o.new_zeros(shape)
             blocks[j].append(block)
     return blocks
 
@@ -226,10 +257,13 @@ def jvp_from_jacobian(
     for row in blocks:
         in_rank = len(input_shapes[0]) if input_shapes else 0
         acc = torch.zeros(row[0].shape[: row[0].dim() - in_rank], dtype=torch.float64)
+        est: fd_error.Estimate | None = None
         for block, t in zip(row, tangents):
             if t is not None:
                 acc = acc + torch.tensordot(block, t.detach().to(torch.float64), dims=t.dim())
-        out.append(acc)
+                part = fd_error.tensordot(t, block, t.dim(), coef_first=False)
+                est = fd_error.add(est, part)
+        out.append(fd_error.attach(acc, est) if est is not None else acc)
     return out
 
 
@@ -242,11 +276,13 @@ def vjp_from_jacobian(
     grads = []
     for i, shape in enumerate(input_shapes):
         acc = torch.zeros(shape, dtype=torch.float64)
+        est: fd_error.Estimate | None = None
         for row, c in zip(blocks, cotangents):
             if c is None:
                 continue
             acc = acc + torch.tensordot(c.detach().to(torch.float64), row[i], dims=c.dim())
-        grads.append(acc)
+            est = fd_error.add(est, fd_error.tensordot(c, row[i], c.dim(), coef_first=True))
+        grads.append(fd_error.attach(acc, est) if est is not None else acc)
     return grads
 
 
@@ -271,3 +307,11 @@ def abs_dot(a: Sequence[torch.Tensor | None], b: Sequence[torch.Tensor | None]) 
     return dot(
         [None if x is None else x.abs() for x in a], [None if y is None else y.abs() for y in b]
     )
+
+
+def dot_estimate(
+    jt: Sequence[torch.Tensor | None], c: Sequence[torch.Tensor | None]
+) -> fd_error.Scalar:
+    """``dot(jt, c)`` for a finite-difference ``jt``, with the error estimate it carries
+    (a ``harness.checks.fd_error.Scalar``)."""
+    return fd_error.dot(jt, c, dot(jt, c))

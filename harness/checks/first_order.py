@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from harness.checks import fd_error
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import (
     COTANGENT_WHY,
@@ -76,16 +77,23 @@ def either_reference(
     ``contract`` holds the problems that fail the case whichever reference."""
     why = FORWARD_DERIVATIVE_WHY if why is None else why
     contract.raise_if_any()
+    vacuous: Findings | None = None  # a reference that compared nothing (all not comparable)
     for name, found in by_name.items():
         if not found.problems:
+            if found.fd_excluded and not found.fd_compared:
+                vacuous = vacuous or found
+                continue
+            found.settle()
             reason = f" ({why[name]})" if name in why else ""
             ctx.notes.append(f"{check}: {what} matches {name}{reason}")
             return name
+    if vacuous is not None:
+        vacuous.settle()  # raises Unsupported: nothing was comparable
     merged = Findings(contract.rtol, contract.atol)
     tagged = [found.problems for found in by_name.values()]
     merged.problems = [p for ps in tagged for p in ps[:2]] + [p for ps in tagged for p in ps[2:]]
     for found in by_name.values():
-        for h in found.hints:
+        for h in [*found.hints, found.fd_note()]:
             merged.hint(h)
     merged.hint(neither)
     merged.raise_if_any()
@@ -145,16 +153,21 @@ def fd_identity_check(
     cot: dict[int, torch.Tensor],
     grads: Sequence[Any],
     columns: int,
+    regrad: Callable[[dict[int, torch.Tensor]], Sequence[Any]] | None = None,
 ) -> None:
     """Without a Jacobian (too many columns): ``<grad, t> = <cot, J t>`` for a few random
     directions ``t``, ``J t`` by float64 finite differences; a failure in every direction
-    earns the wrong-formula hint."""
+    earns the wrong-formula hint.
+
+    Output elements where some ``J t`` did not converge (a kink within a step) would make
+    every direction not comparable: with ``regrad`` (the Function's vjp for another
+    cotangent) their cotangent is set to 0, the grads taken again, and they are counted as
+    not comparable."""
     gen = ctx.generator("directions", label)
     directions = [random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)]
     f64 = view.fd_fn(args64, ins, outs)
-    rhs = []
-    for t in directions:
-        jt = attempt(
+    jts = [
+        attempt(
             "finite differences (reference, float64 forward)",
             fd.directional,
             f64,
@@ -162,11 +175,49 @@ def fd_identity_check(
             t,
             step=ctx.entry.tolerances.fd_step,
         )
-        rhs.append(fd.dot(jt, [cot[j] for j in outs]))
+        for t in directions
+    ]
+    if regrad is not None:
+        masks = {j: _unconverged(findings, view, j, [jt[k] for jt in jts]) for k, j in enumerate(outs)}
+        zeroed = sum(int(m.sum()) for m in masks.values())
+        if zeroed:
+            total = sum(m.numel() for m in masks.values())
+            first_j = next(j for j in outs if bool(masks[j].any()))
+            first = _flat_index(int(masks[first_j].reshape(-1).nonzero()[0]), masks[first_j].shape)
+            what = f"{label}: {view.out_name(first_j)} (its cotangent set to 0 there)"
+            findings.count_fd(total - zeroed, zeroed, first, what)
+            cot = {
+                j: c if j not in masks else torch.where(masks[j], torch.zeros_like(c), c)
+                for j, c in cot.items()
+            }
+            grads = regrad(cot)
+    rhs = [fd.dot_estimate(jt, [cot[j] for j in outs]) for jt in jts]
     before = len(findings.problems)
     _identity_problems(label, findings, grads, directions, rhs, columns)
     if len(findings.problems) - before == len(directions):
         findings.hint(CUSTOM_GRADIENT_HINT)
+
+
+def _unconverged(findings: Findings, view: Any, j: int, jts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Elements of output ``j`` where some direction's ``J t`` did not converge by more than
+    the comparison's tolerance (``fd_error``)."""
+    like = view.outputs[j]
+    mask = torch.zeros(like.shape, dtype=torch.bool)
+    for jt in jts:
+        est = fd_error.of(jt)
+        if est is None:
+            continue
+        rtol, atol = findings.tolerances_for(jt.to(like.dtype), jt)
+        mask |= (est.spread > atol + rtol * jt.abs()).reshape(like.shape).cpu()
+    return mask.to(like.device)
+
+
+def _flat_index(flat: int, shape: Sequence[int]) -> str:
+    idx = []
+    for s in reversed(shape):
+        idx.append(flat % s)
+        flat //= s
+    return "(" + ", ".join(map(str, reversed(idx))) + ")"
 
 
 JvpReference = Callable[[Sequence[int]], list[torch.Tensor]]
@@ -331,14 +382,20 @@ def run_vjp(ctx: CaseContext) -> str:
         return [full[view.diff.index(i)] for i in ins]
 
     def check_grads(
-        label: str, ins: Sequence[int], outs: Sequence[int], grads: Sequence[Any]
+        label: str,
+        ins: Sequence[int],
+        outs: Sequence[int],
+        grads: Sequence[Any],
+        regrad: Callable[[dict[int, torch.Tensor]], Sequence[Any]],
     ) -> None:
         expected = reference(ins, outs)
         if expected is not None:
             compare_grads(findings, view, label, ref_name, ins, grads, expected, custom=custom)
             return
         # only without gradient="custom" (whose reference, eager backward, is never None)
-        fd_identity_check(ctx, findings, view, args64, label, ins, outs, cot, grads, columns)
+        fd_identity_check(
+            ctx, findings, view, args64, label, ins, outs, cot, grads, columns, regrad
+        )
 
     cases = [
         (f"{in_name}, {out_name}", ins, outs, False)
@@ -371,7 +428,20 @@ def run_vjp(ctx: CaseContext) -> str:
                 grads = attempt(label, eager_vjp, entry, args, ins, outs, cots)
             watch.verify(label, findings, INPUT_WHY)
             cot_watch.verify(label, findings, COTANGENT_WHY)
-            check_grads(label, ins, outs, grads)
+
+            def regrad(
+                new: dict[int, torch.Tensor], how: str = how, label: str = label, args: Any = args
+            ) -> Sequence[Any]:
+                cs = [new[j].clone() for j in outs]
+                if strided:
+                    cs = [noncontiguous(c) for c in cs]
+                if how == "torch.func.vjp":
+                    f = restricted(entry, args, ins, outs)
+                    _, again = attempt(f"{label} forward", torch.func.vjp, f, *(args[i] for i in ins))
+                    return attempt(label, again, tuple(cs))  # type: ignore[no-any-return]
+                return attempt(label, eager_vjp, entry, args, ins, outs, cs)  # type: ignore[no-any-return]
+
+            check_grads(label, ins, outs, grads, regrad)
         findings.outcome(name, before)
     findings.raise_if_any()
     return ref_name

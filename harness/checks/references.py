@@ -18,6 +18,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from autograd_function_db.entry import Entry
+from harness.checks import fd_error
 from harness.checks import finite_diff as fd
 from harness.checks import tolerances as dtype_tolerance
 from harness.checks.autodiff_refs import (
@@ -233,10 +234,14 @@ def _identity_problems(
     findings: Findings,
     grads: Sequence[torch.Tensor],
     directions: Sequence[Sequence[torch.Tensor]],
-    rhs: Sequence[float],
+    rhs: Sequence[float | fd_error.Scalar],
     columns: int,
 ) -> None:
-    """<t, J^T c> from the Function vs <J t, c> from finite differences, per direction."""
+    """<t, J^T c> from the Function vs <J t, c> from finite differences, per direction.
+
+    A reference with its estimate (``fd_error.Scalar``) widens the bound by its error; a
+    direction whose differences did not converge by more than the bound is not comparable
+    (left out and counted, as elements are)."""
     rtol, atol = findings.rtol, findings.atol
     low = [g for g in grads if isinstance(g, torch.Tensor)]
     if findings.derive and low and dtype_tolerance.applies(low[0].dtype, torch.float64):
@@ -251,7 +256,9 @@ def _identity_problems(
         if columns > FULL_JACOBIAN_MAX
         else "complex tensors, with the real inner product <a, b> = Re sum conj(a) b"
     )
-    for k, (t, r) in enumerate(zip(directions, rhs)):
+    for k, (t, ref) in enumerate(zip(directions, rhs)):
+        est = ref if isinstance(ref, fd_error.Scalar) else fd_error.Scalar(float(ref))
+        r = est.value
         if not math.isfinite(r):
             raise NonFiniteSample(
                 nonfinite_message(
@@ -262,10 +269,23 @@ def _identity_problems(
         err = abs(lhs - r)
         scale = max(fd.abs_dot(t, grads), abs(r))
         bound = atol * sum(float(x.abs().sum()) for x in t) + rtol * scale
+        if isinstance(ref, fd_error.Scalar):
+            what = f"{label}: <J t, c> for random direction t #{k}"
+            if est.spread > bound:
+                findings.count_fd(0, 1, f"#{k} (a direction)", what)
+                continue
+            findings.count_fd(1, 0, "", what)
+            bound += est.error + fd_error.SAFETY * est.spread
         if not err <= bound:
+            widened = (
+                f", plus the reference's estimated finite-difference error "
+                f"{est.error + fd_error.SAFETY * est.spread:.3g}"
+                if isinstance(ref, fd_error.Scalar)
+                else ""
+            )
             findings.add(
                 f"{label}: <t, J^T c> from the Function's vjp = {lhs:.6g}, <J t, c> from "
                 f"{fd.FD_REFERENCE} (reference) = {r:.6g} for random direction t #{k}: "
                 f"abs error {err:.3g}{f', rel error {err / abs(r):.3g}' if r else ''}; "
-                f"rtol={rtol:g}, atol={atol:g} (identity check: {why})"
+                f"rtol={rtol:g}, atol={atol:g}{widened} (identity check: {why})"
             )

@@ -250,7 +250,9 @@ def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.T
             direction,
             step=view.entry.tolerances.fd_step,
         )
-        _identity_problems("vjp", findings, grads, [direction], [fd.dot(jt, cots)], view.columns())
+        _identity_problems(
+            "vjp", findings, grads, [direction], [fd.dot_estimate(jt, cots)], view.columns()
+        )
     if not findings.problems:
         return ""
     return f"{view.entry.name}/vjp/s{ctx.sample_index}"
@@ -315,7 +317,7 @@ def _custom_fd_directions(
             t,
             step=ctx.entry.tolerances.fd_step,
         )
-        rhs.append(fd.dot(jt, list(w)))
+        rhs.append(fd.dot_estimate(jt, list(w)))
     columns = sum(p.numel() for p in p64)
     for label, actual in results:
         _identity_problems(label, findings, list(actual), directions, rhs, columns)
