@@ -266,3 +266,43 @@ class CausalAttentionOff(CausalAttention):
         q, k, p = ctx.saved_tensors
         ds = p * (grad - (grad * p).sum(-1, keepdim=True))
         return ds @ k * 1.01, ds.T @ q
+
+
+# --- float32 custom mode: a surrogate gradient (snntorch's Sigmoid, modern form) -----------------
+
+
+def spike_samples(seed: int) -> list[tuple[torch.Tensor, float]]:
+    g = _gen(seed)
+    return [(torch.randn(3, 4, generator=g) * s, 25.0) for s in (0.1, 0.5, 1.0)]
+
+
+class SigmoidSpike(torch.autograd.Function):
+    """Heaviside forward returning float32 whatever the input's dtype (as snntorch's
+    ``(input_ > 0).float()``), the sigmoid's derivative as its gradient: declared custom."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, slope):
+        return (x > 0).float()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.slope = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        e = torch.exp(-ctx.slope * x)
+        return grad * ctx.slope * e / (e + 1) ** 2, None
+
+
+class SigmoidSpikeDetached(SigmoidSpike):
+    """Twin: backward detaches what it saved (its second order is lost)."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        e = torch.exp(-ctx.slope * x.detach())
+        return grad * ctx.slope * e / (e + 1) ** 2, None

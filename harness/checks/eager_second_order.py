@@ -89,7 +89,9 @@ def _custom_second_order_reference(
     g = eager_first_order(view, view.args64())
 
     def h(*xc: Any) -> tuple[torch.Tensor]:
-        return (torch.as_tensor(fd.dot(g(*xc), w), dtype=torch.float64),)
+        value = fd.dot(g(*xc), w)
+        setattr(h, fd_error.COMPUTES_IN, getattr(g, fd_error.COMPUTES_IN, ()))
+        return (torch.as_tensor(value, dtype=torch.float64),)
 
     p64 = [fd.upcast(p) for p in primals]
     if sum(p.numel() for p in p64) > FULL_JACOBIAN_MAX:

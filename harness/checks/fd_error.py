@@ -43,9 +43,16 @@ SAFETY = 2.0
 #: Converged: |D(h/2) - D(h/4)| <= RATIO |D(h) - D(h/2)| (smooth: 0.25; a kink of the
 #: derivative within the step, as |x|^3 near 0 in second order: 0.5).
 RATIO = 0.6
-#: Rounding of the three differences: ROUNDING x eps(dtype) x |f| / h (R1 and R2 combine
-#: differences at h/2 and h/4, each off by about 2 eps |f| / step).
-ROUNDING = 32.0
+#: Rounding of R1: ROUNDING x eps x |f| / h. Each evaluation is off by a few ulps (k),
+#: ``D(s)`` by about k eps |f| / 2s, and R1 = (4 D(h/2) - D(h)) / 3 by 1.5 k eps |f| / h.
+ROUNDING = 8.0
+#: The differences count as converged where they move by less than CONVERGED_NOISE times
+#: that rounding (D(h/4) rounds four times as much as D(h)).
+CONVERGED_NOISE = 4.0
+#: A function finite differences evaluate may name, in this attribute, the dtypes it computes
+#: in besides its outputs' (the eager first-order map of a Function whose float64 copy still
+#: returns float32: autograd casts the float64 cotangent to float32 before backward runs).
+COMPUTES_IN = "afdb_computes_in"
 #: The attribute a reference tensor carries its estimate in.
 ATTRIBUTE = "_afdb_fd_estimate"
 
@@ -89,13 +96,15 @@ def reshaped(t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     return attach(out, est.reshape(shape)) if est is not None else out
 
 
-def eps_of(outputs: Sequence[object]) -> float:
-    """Machine epsilon of the dtype the forward computes in (its floating outputs' coarsest)."""
+def eps_of(outputs: Sequence[object], fn: object = None) -> float:
+    """Machine epsilon of the dtype the forward computes in: its floating outputs' coarsest,
+    or a coarser one ``fn`` names in its ``COMPUTES_IN`` attribute (set by its first call)."""
     eps = [
         torch.finfo(o.dtype).eps
         for o in outputs
         if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())
     ]
+    eps += [torch.finfo(d).eps for d in getattr(fn, COMPUTES_IN, ()) or ()]
     return max(eps, default=torch.finfo(torch.float64).eps)
 
 
@@ -115,7 +124,7 @@ def richardson(
     spread = torch.nan_to_num((r1 - r2).abs(), nan=float("inf"))
     shrink = torch.nan_to_num((d2 - d3).abs(), nan=float("inf"))
     first = torch.nan_to_num((d1 - d2).abs(), nan=float("inf"))
-    converged = (shrink <= RATIO * first) | (shrink <= noise)
+    converged = (shrink <= RATIO * first) | (shrink <= CONVERGED_NOISE * noise)
     zero = torch.zeros_like(spread)
     error = torch.where(converged, SAFETY * spread + noise, noise)
     return r1, Estimate(error, torch.where(converged, zero, spread))

@@ -150,7 +150,7 @@ def directional(
     if _inf_norm(tangents) == 0.0:
         return [torch.zeros_like(o) for o in outputs]
     base = base_step(raw, step)
-    eps = fd_error.eps_of(raw)
+    eps = fd_error.eps_of(raw, fn)
     total: list[tuple[torch.Tensor, fd_error.Estimate | None]] | None = None
     for scale, part in scale_groups(primals, tangents):
         h = base * scale / _inf_norm(part)
@@ -218,7 +218,7 @@ def jacobian(
         ref_out = list(fn(*primals))
     outputs = [o.detach().to(torch.float64) for o in ref_out]
     base = base_step(ref_out, step)
-    eps = fd_error.eps_of(ref_out)
+    eps = fd_error.eps_of(ref_out, fn)
     blocks: list[list[torch.Tensor]] = [[] for _ in outputs]
     for i in wrt:
         x = primals[i]

@@ -36,6 +36,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from autograd_function_db.entry import Entry
+from harness.checks import fd_error
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import (
     FULL_JACOBIAN_MAX,
@@ -125,6 +126,14 @@ def eager_first_order(view: DiffView, args: Sequence[Any]) -> Callable[..., tupl
         if dtypes is not None:
             call = [c.to(d) if d is not None else c for c, d in zip(call, dtypes)]
             cots = [c.to(view.outputs[j].dtype) for c, j in zip(cots, view.outs)]
+        if not hasattr(g, fd_error.COMPUTES_IN):
+            # backward runs at the dtype of the outputs it gets a cotangent for (autograd
+            # casts the cotangent): the precision finite differences of g see
+            with torch.no_grad():
+                outs = restricted(view.entry, call, view.diff, view.outs)(
+                    *(call[i] for i in view.diff)
+                )
+            setattr(g, fd_error.COMPUTES_IN, [o.dtype for o in outs if isinstance(o, torch.Tensor)])
         return eager_vjp(view.entry, call, view.diff, view.outs, cots)
 
     return g
