@@ -320,15 +320,28 @@ def test_the_same_function_on_a_small_sample_passes_jacrev():
     assert {c.status for c in result.cases} == {"pass"}
 
 
-def test_a_finite_difference_reference_that_raises_says_so():
+def test_a_function_refusing_float64_gets_its_reference_at_float32():
+    """Before issue 34 part 2 this case was ``error`` (the float64 copy raised); the reference
+    is now computed at the Function's own dtype, and the message says so."""
     result = harness.check(vf.Float32Only, vf.plain_samples, dtype=torch.float32, checks=["jvp"])
+    (case,) = result.cases
+    assert case.status == "pass", case.message
+    assert case.message.startswith(
+        "jvp: the Function raises on the float64 copy of the sample (TypeError: Float32Only "
+        "supports float32 only"
+    ), case.message
+    assert "so the finite differences ran at float32" in case.message
+
+
+def test_a_finite_difference_reference_that_raises_says_so():
+    result = harness.check(vf.Float32OnlyOnGrid, vf.grid_samples, checks=["jvp"])
     (case,) = result.cases
     assert case.status == "error"
     assert case.message.startswith(
         "jvp: the reference raised, not the transform under test: the finite differences "
-        "(reference, float64 forward) raised TypeError: Float32Only supports float32 only"
+        "(reference, at the call's own dtype) raised TypeError: Float32OnlyOnGrid"
     ), case.message
-    assert "fails on the float64 copies of the sample" in case.message
+    assert "fails at its own dtype on the points finite differences evaluate" in case.message
 
 
 def test_a_bug_in_the_suites_reference_code_is_internal(monkeypatch):

@@ -188,6 +188,21 @@ class Float32Only(Double):
         return 2 * x
 
 
+class Float32OnlyOnGrid(Double):
+    """2x that refuses float64, and at float32 refuses values off a grid of 1/8 (where
+    finite differences evaluate it): it fails at its own dtype too."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or bool(((x * 8).frac() != 0).any()):
+            raise TypeError(f"Float32OnlyOnGrid refuses {x.dtype} values off its grid")
+        return 2 * x
+
+
+def grid_samples(seed: int) -> list[tuple[torch.Tensor]]:
+    return [(torch.arange(-6, 6, dtype=torch.float32).reshape(3, 4) / 8,)]
+
+
 class NormWithStatsWrongJvp(NormWithStats):
     """Planted bug: the jvp forgets to subtract the mean of the tangent."""
 

@@ -76,7 +76,12 @@ def reference_raised_message(label: str, exc: BaseException) -> str:
     """Which side raised (the reference named by ``label``) and what it means for users."""
     from harness.core.locations import describe_exception
 
-    if "float64" in label or "finite differences" in label:
+    if "own dtype" in label:
+        meaning = (
+            "The Function fails at its own dtype on the points finite differences evaluate "
+            "(within a step of the sample)"
+        )
+    elif "float64" in label or "finite differences" in label:
         meaning = (
             "The Function fails on the float64 copies of the sample that finite differences "
             "evaluate"

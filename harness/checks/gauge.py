@@ -28,6 +28,7 @@ from harness.checks.autodiff_refs import (
     FULL_JACOBIAN_MAX,
     IDENTITY_DIRECTIONS,
     DiffView,
+    attempt,
     random_like,
     restricted,
 )
@@ -36,6 +37,8 @@ from harness.checks.references import jacobian_fits
 from harness.core.locations import describe_exception
 
 WIDE = (torch.float64, torch.complex128)
+#: What the finite differences at the call's own dtype are called where they raise.
+OWN_DTYPE_LABEL = "finite differences (reference, at the call's own dtype)"
 
 
 def _differs(low: torch.Tensor, wide: torch.Tensor, amplification: float) -> str:
@@ -99,17 +102,18 @@ def _consistent(ctx: CaseContext, view: DiffView) -> bool:
     base = fd.base_step(outs, ctx.entry.tolerances.fd_step)
     amp = dtype_tolerance.amplification(view.primals(), outs)
     pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    label = OWN_DTYPE_LABEL
     if view.columns() <= FULL_JACOBIAN_MAX and not view.is_complex and jacobian_fits(view):
-        coarse = fd.jacobian(f, primals, step=base)
-        fine = fd.jacobian(f, primals, step=base / 2)
+        coarse = attempt(label, fd.jacobian, f, primals, step=base)
+        fine = attempt(label, fd.jacobian, f, primals, step=base / 2)
         for o, crow, frow in zip(outs, coarse, fine):
             pairs += [(o, c, d) for c, d in zip(crow, frow)]
     else:
         gen = ctx.generator("gauge directions")
         for _ in range(IDENTITY_DIRECTIONS):
             t = random_like(gen, view.primals())
-            coarse_t = fd.directional(f, primals, t, step=base)
-            fine_t = fd.directional(f, primals, t, step=base / 2)
+            coarse_t = attempt(label, fd.directional, f, primals, t, step=base)
+            fine_t = attempt(label, fd.directional, f, primals, t, step=base / 2)
             pairs += list(zip(outs, coarse_t, fine_t))
     for o, c, d in pairs:
         if not (bool(torch.isfinite(c).all()) and bool(torch.isfinite(d).all())):
