@@ -144,7 +144,11 @@ def test_cube_norm_near_zero_passes_second_order_and_failed_without_the_estimate
 
 def test_cube_norm_wrong_twin_fails():
     result = harness.check(ff.CubeNormOff, ff.cube_samples, checks=["vjp", "vjp_of_vjp"])
-    assert statuses(result) == {"vjp/s0": "fail", "vjp/s0/dtype=float32": "fail", "vjp_of_vjp/s0": "fail"}
+    assert statuses(result) == {
+        "vjp/s0": "fail",
+        "vjp/s0/dtype=float32": "fail",
+        "vjp_of_vjp/s0": "fail",
+    }
 
 
 # --- eager checks: a legacy grid interpolation, random directions (200 elements) ----------------
@@ -223,7 +227,10 @@ def test_a_function_raising_at_float64_gets_its_reference_at_float32():
     result = harness.check(ff.CausalAttention, ff.attention_samples, checks=checks)
     assert set(statuses(result).values()) == {"pass"}, messages(result)
     for msg in messages(result).values():
-        assert "the Function raises on the float64 copy of the sample (RuntimeError: value cannot" in msg
+        assert (
+            "the Function raises on the float64 copy of the sample (RuntimeError: value cannot"
+            in msg
+        )
         assert "so the finite differences ran at float32" in msg
     bad = harness.check(ff.CausalAttentionOff, ff.attention_samples, checks=checks)
     assert set(statuses(bad).values()) == {"fail"}, messages(bad)

@@ -74,7 +74,6 @@ from harness.checks.eager_second_order import (
     _leaves,
     run_eager_vjp_of_vjp,
 )
-from harness.checks.gauge import same_function
 from harness.checks.first_order import (
     compare_grads,
     draw_cotangents,
@@ -83,6 +82,7 @@ from harness.checks.first_order import (
     fd_identity_check,
     jvp_references,
 )
+from harness.checks.gauge import same_function
 from harness.checks.references import (
     _subsets,
     eager_jacobian,

@@ -165,7 +165,9 @@ class Scalar:
     spread: float = 0.0
 
 
-def dot(jt: Sequence[torch.Tensor | None], c: Sequence[torch.Tensor | None], value: float) -> Scalar:
+def dot(
+    jt: Sequence[torch.Tensor | None], c: Sequence[torch.Tensor | None], value: float
+) -> Scalar:
     """``<J t, c>`` (``value``, computed by the caller) with the estimate ``J t`` carries:
     ``sum |c| error``."""
     error = spread = 0.0

@@ -178,7 +178,9 @@ def fd_identity_check(
         for t in directions
     ]
     if regrad is not None:
-        masks = {j: _unconverged(findings, view, j, [jt[k] for jt in jts]) for k, j in enumerate(outs)}
+        masks = {
+            j: _unconverged(findings, view, j, [jt[k] for jt in jts]) for k, j in enumerate(outs)
+        }
         zeroed = sum(int(m.sum()) for m in masks.values())
         if zeroed:
             total = sum(m.numel() for m in masks.values())
@@ -198,7 +200,9 @@ def fd_identity_check(
         findings.hint(CUSTOM_GRADIENT_HINT)
 
 
-def _unconverged(findings: Findings, view: Any, j: int, jts: Sequence[torch.Tensor]) -> torch.Tensor:
+def _unconverged(
+    findings: Findings, view: Any, j: int, jts: Sequence[torch.Tensor]
+) -> torch.Tensor:
     """Elements of output ``j`` where some direction's ``J t`` did not converge by more than
     the comparison's tolerance (``fd_error``)."""
     like = view.outputs[j]
@@ -429,22 +433,33 @@ def run_vjp(ctx: CaseContext) -> str:
             watch.verify(label, findings, INPUT_WHY)
             cot_watch.verify(label, findings, COTANGENT_WHY)
 
-            def regrad(
-                new: dict[int, torch.Tensor], how: str = how, label: str = label, args: Any = args
-            ) -> Sequence[Any]:
-                cs = [new[j].clone() for j in outs]
-                if strided:
-                    cs = [noncontiguous(c) for c in cs]
-                if how == "torch.func.vjp":
-                    f = restricted(entry, args, ins, outs)
-                    _, again = attempt(f"{label} forward", torch.func.vjp, f, *(args[i] for i in ins))
-                    return attempt(label, again, tuple(cs))  # type: ignore[no-any-return]
-                return attempt(label, eager_vjp, entry, args, ins, outs, cs)  # type: ignore[no-any-return]
-
+            regrad = functools.partial(_vjp_again, entry, args, ins, outs, how, label, strided)
             check_grads(label, ins, outs, grads, regrad)
         findings.outcome(name, before)
     findings.raise_if_any()
     return ref_name
+
+
+def _vjp_again(
+    entry: Any,
+    args: Sequence[Any],
+    ins: Sequence[int],
+    outs: Sequence[int],
+    how: str,
+    label: str,
+    strided: bool,
+    new: dict[int, torch.Tensor],
+) -> Sequence[Any]:
+    """The vjp case's grads again for other cotangents ``new`` (``fd_identity_check`` sets
+    the cotangent of output elements that are not comparable to 0)."""
+    cs = [new[j].clone() for j in outs]
+    if strided:
+        cs = [noncontiguous(c) for c in cs]
+    if how == "torch.func.vjp":
+        f = restricted(entry, args, ins, outs)
+        _, again = attempt(f"{label} forward", torch.func.vjp, f, *(args[i] for i in ins))
+        return attempt(label, again, tuple(cs))  # type: ignore[no-any-return]
+    return attempt(label, eager_vjp, entry, args, ins, outs, cs)  # type: ignore[no-any-return]
 
 
 # --- jacrev / jacfwd -------------------------------------------------------------------------
