@@ -219,18 +219,36 @@ def _enumerate(
     return datas, expected, early
 
 
-def engine() -> str:
-    """``fork`` (workers forked after the imports) where it is safe, else ``xdist``.
+def engine(source: str = "") -> str:
+    """``fork`` (workers forked after the imports) where it is safe, else ``xdist``, or
+    ``in-process`` for a run fresh interpreters cannot rebuild (a recording's live classes).
 
     ``AFDB_WORKER_ENGINE=xdist`` forces fresh pytest-xdist interpreters (the engine
-    for platforms without a safe fork, e.g. once CUDA is initialised).
+    for platforms without a safe fork, e.g. once CUDA is initialised); ``=fork`` forks
+    even where ``harness.engine.fork_safety`` finds a thread pool a child cannot do without.
     """
+    return process_model(source)[0]
+
+
+def process_model(source: str = "") -> tuple[str, str]:
+    """The engine (see ``engine``) and, where forking is unsafe, the one line that says what
+    runs the cases instead and why (no paths)."""
     from harness.engine import forkpool
+    from harness.engine.fork_safety import unsafe_reason
 
     wanted = os.environ.get("AFDB_WORKER_ENGINE", "")
     if wanted == "xdist" or not forkpool.available():
-        return "xdist"
-    return "fork"
+        return "xdist", ""
+    reason = unsafe_reason()
+    if not reason:
+        return "fork", ""
+    why = f"forking this process is not safe: {reason}"
+    if source == "recorded":  # live classes: a fresh interpreter may not import them
+        return "in-process", (
+            f"process model: cases run in this process, not in forked workers ({why}); "
+            "a Function that kills its process ends the run"
+        )
+    return "xdist", f"process model: cases run in fresh worker interpreters, not forked ({why})"
 
 
 def _stop_group(proc: subprocess.Popen[str]) -> None:
@@ -320,14 +338,29 @@ def run_parallel(
     interrupted = False
     stopped: RunStopped | None = None
     tail = ""
+    from harness.engine.entry_progress import FinishedEntries
+
+    finished = FinishedEntries(expected, skipped, progress) if progress else None
+
+    def arrived(r: CaseResult) -> None:  # one progress line per entry as it finishes
+        if finished is not None:
+            finished.arrived(r)
+        if on_record is not None:
+            on_record(r)
+
     try:
         for r in early.values():
             if on_record is not None:
                 on_record(r)
+        model, model_note = process_model(source)
+        if model_note and to_run:
+            print(f"note: {model_note}", flush=True)
         if not to_run:
             pass
-        elif engine() == "fork":
-            _run_forked(to_run, datas, options, n, target, done, on_record)
+        elif model == "in-process":
+            _run_here(to_run, datas, target, done, arrived)
+        elif model == "fork":
+            _run_forked(to_run, datas, options, n, target, done, arrived)
         else:
             tail = _run_xdist(
                 to_run,
@@ -357,7 +390,8 @@ def run_parallel(
             ordered.append(r)
     for r in ordered:
         results.append(r)
-        if progress and (stopped is not None or not interrupted):
+        told = finished is not None and r.id in finished.told
+        if progress and (stopped is not None or not interrupted) and not told:
             progress(r)
     if stopped is not None:
         raise stopped
@@ -374,6 +408,28 @@ def repro_command_for(case: Any, options: Options, target: Any) -> str:
     from harness.engine.cases import repro_command
 
     return repro_command(case.id, options, target)
+
+
+def _run_here(
+    cases: list[Any],
+    datas: dict[str, Any],
+    target: Any,
+    done: dict[str, CaseResult],
+    on_record: Callable[[CaseResult], None] | None = None,
+) -> None:
+    """The cases in this process, in order (``--no-isolate``'s way), where forking is not
+    safe and fresh interpreters cannot rebuild the entries."""
+    from harness.engine.case_state import forget_last_case
+    from harness.engine.runner import run_noted
+    from harness.engine.timeouts import TimeoutLedger
+
+    ledger = TimeoutLedger()
+    forget_last_case()
+    for case in cases:
+        r = run_noted(datas[case.entry], case, ledger, target=target, watch_between=True)
+        done[case.id] = r
+        if on_record is not None:
+            on_record(r)
 
 
 def _run_forked(
