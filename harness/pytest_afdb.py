@@ -22,6 +22,9 @@ import pytest
 
 from harness.core.errors import UsageError
 
+#: The line that says the cases do not run in forked workers, and why (engine/parallel.py).
+MODEL_NOTE = "note: process model: "
+
 
 class _Lines(io.TextIOBase):
     """Everything the check prints, kept; on a terminal its progress lines shown as they come."""
@@ -38,8 +41,9 @@ class _Lines(io.TextIOBase):
         while "\n" in self.pending:
             line, self.pending = self.pending.split("\n", 1)
             name = line.split(": ", 1)[0]
-            if self.show is not None and name in self.entries and line.endswith("in cases)"):
-                self.show(f"afdb: {line}")
+            progress = name in self.entries and line.endswith("in cases)")
+            if self.show is not None and (progress or line.startswith(MODEL_NOTE)):
+                self.show(f"afdb: {line.removeprefix('note: ')}")
         return len(s)
 
 
@@ -116,6 +120,10 @@ class RecordedCheckSession:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         self.lines = got
+        said = "".join(out.text).splitlines()
+        self.model = next(
+            (ln.removeprefix("note: ") for ln in said if ln.startswith(MODEL_NOTE)), ""
+        )
         if result is not None:
             from harness.reports.grouping import failure_groups, terminal_lines
 
@@ -135,6 +143,8 @@ class RecordedCheckSession:
         if self.problem:
             terminalreporter.write_line(f"afdb: {self.problem}")
             return
+        if getattr(self, "model", ""):
+            terminalreporter.write_line(f"afdb: {self.model}")
         for line in self.lines:
             terminalreporter.write_line(line)
         if self.details:

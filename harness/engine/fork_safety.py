@@ -29,6 +29,7 @@ show what a fork would do).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -84,10 +85,8 @@ def torch_allowance() -> int:
     threads = cpus
     torch = sys.modules.get("torch")
     if torch is not None:
-        try:
+        with contextlib.suppress(Exception):
             threads = max(threads, int(torch.get_num_threads()))
-        except Exception:
-            pass
     allowance = 2 * threads - 1
     if "numpy" in sys.modules:
         allowance += cpus - 1

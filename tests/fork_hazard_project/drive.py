@@ -4,7 +4,6 @@ start them), then ``afdb ARGS...`` in this very process (``pytest --afdb``'s sit
 import sys
 
 import torch
-
 from hazlib import ForkedSin, PooledCube
 
 ForkedSin.apply(torch.ones(3, requires_grad=True)).sum().backward()

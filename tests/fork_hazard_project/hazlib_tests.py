@@ -1,5 +1,4 @@
 import torch
-
 from hazlib import ForkedSin, PooledCube
 
 

@@ -1,0 +1,287 @@
+"""No crash or hang from the suite's own fork (issue 34, part 5).
+
+A process in which a library started a thread pool cannot fork a child that works: the
+child has the pool's state but not its threads. ``harness.engine.fork_safety`` names such a
+parent; the recorded check then runs its cases in this process, other runs in fresh
+interpreters, and the samples probe does not fork. The project ``tests/fork_hazard_project``
+(hazlib) has a Function that runs its forward through ``torch.jit.fork`` and one that waits
+for its library's worker thread; forked from a process where both pools run, every case
+times out (shown with ``AFDB_WORKER_ENGINE=fork`` and a 2 s limit); with the safety check,
+the correct Functions conform and their planted twins (``HAZLIB_PLANTED=1``) fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import types
+from pathlib import Path
+
+import pytest
+
+from harness.core.schema import read_report
+from harness.engine import fork_safety, parallel, probe
+from harness.engine.entry_progress import FinishedEntries
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parent / "fork_hazard_project"
+FUNCTIONS = ("hazlib:ForkedSin", "hazlib:PooledCube")
+
+
+# --- the detection ------------------------------------------------------------------
+
+
+def test_a_python_thread_is_a_hazard_and_its_end_is_not():
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, name="lib-pool", daemon=True)
+    worker.start()
+    try:
+        found = fork_safety.hazards()
+        assert any("'lib-pool'" in h for h in found), found
+        assert "lib-pool" in fork_safety.unsafe_reason()
+    finally:
+        stop.set()
+        worker.join()
+    assert not any("lib-pool" in h for h in fork_safety.hazards())
+
+
+def test_the_suites_own_watchdog_thread_is_no_hazard():
+    stop = threading.Event()
+    own = threading.Thread(target=stop.wait, name="afdb-case-watchdog", daemon=True)
+    own.start()
+    try:
+        assert not any("afdb-case-watchdog" in h for h in fork_safety.hazards())
+    finally:
+        stop.set()
+        own.join()
+
+
+def test_torchs_interop_pool_by_its_thread_name(monkeypatch):
+    names = ["python", "python", "PTThreadPool", "PTThreadPool"]
+    monkeypatch.setattr(fork_safety, "task_names", lambda: names)
+    assert any("torch.jit.fork" in h for h in fork_safety.hazards())
+    monkeypatch.setattr(fork_safety, "task_names", lambda: ["python", "python"])
+    assert fork_safety.hazards() == []
+
+
+def test_numbas_launched_pool_and_not_its_import(monkeypatch):
+    fake = types.SimpleNamespace(_is_initialized=False)
+    monkeypatch.setitem(sys.modules, "numba.np.ufunc.parallel", fake)
+    assert not fork_safety.numba_pool()
+    fake._is_initialized = True
+    assert fork_safety.hazards()[0] == "numba's parallel thread pool is running"
+
+
+def test_native_threads_beyond_torchs_own_pools(monkeypatch):
+    allowance = fork_safety.torch_allowance()
+    _, python_count = fork_safety.python_threads()
+    within = ["python"] * (1 + python_count + allowance)
+    monkeypatch.setattr(fork_safety, "task_names", lambda: within)
+    assert fork_safety.hazards() == []
+    monkeypatch.setattr(fork_safety, "task_names", lambda: [*within, "python"])
+    (found,) = fork_safety.hazards()
+    assert "more than torch's own pools hold" in found
+
+
+BASELINE = """
+import json, os, sys, threading
+import torch
+import harness.cli.main
+from harness.engine.fork_safety import hazards
+torch.set_num_threads(os.cpu_count() or 1)
+a = torch.randn(200, 200)
+(a @ a).sum(); torch.randn(1_000_000).exp().sum()
+x = torch.randn(50, requires_grad=True); torch.autograd.grad((x * x).sum(), x)
+states = {"torch": hazards()}
+try:
+    import numpy
+    (numpy.ones((200, 200)) @ numpy.ones((200, 200))).sum()
+except ImportError:
+    pass
+states["numpy"] = hazards()
+sys.path.insert(0, sys.argv[1])
+import hazlib
+hazlib.ForkedSin.apply(torch.ones(3))
+states["jit.fork"] = hazards()
+print(json.dumps(states))
+"""
+
+
+def test_a_fresh_torch_process_is_safe_and_jit_fork_is_not():
+    """Plain torch (its intra-op pool used at every core), NumPy and the harness: nothing
+    found; a TorchScript ``torch.jit.fork``: found."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BASELINE, str(PROJECT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    states = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert states["torch"] == [] and states["numpy"] == [], states
+    assert any("torch.jit.fork" in h for h in states["jit.fork"]), states
+
+
+# --- what runs the cases, and the probe --------------------------------------------
+
+
+def test_the_process_model_where_forking_is_unsafe(monkeypatch):
+    monkeypatch.delenv("AFDB_WORKER_ENGINE", raising=False)
+    monkeypatch.setattr("harness.engine.forkpool.available", lambda: True)
+    monkeypatch.setattr(fork_safety, "hazards", lambda: [])
+    assert parallel.process_model("recorded") == ("fork", "")
+    monkeypatch.setattr(fork_safety, "hazards", lambda: ["a pool is running"])
+    model, line = parallel.process_model("recorded")
+    assert model == "in-process" and "a pool is running" in line and "/" not in line
+    model, line = parallel.process_model("afdb")
+    assert model == "xdist" and line.startswith("process model: ") and "a pool is running" in line
+    monkeypatch.setenv("AFDB_WORKER_ENGINE", "fork")  # the old model, on request
+    assert parallel.engine("recorded") == "fork"
+
+
+def test_the_probe_does_not_fork_an_unsafe_process(monkeypatch):
+    import torch
+
+    from autograd_function_db.entry import Sample
+    from harness.entries import make_entry
+    from tests.verdict_functions import Double, plain_samples
+
+    entry = make_entry(Double, plain_samples)
+    bad = [Sample((torch.ones(2, 3, dtype=torch.float64), torch.ones(1)), name="extra")]
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def counting_fork() -> int:
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", counting_fork)
+    monkeypatch.setattr(fork_safety, "hazards", lambda: [])
+    assert probe.probe_samples(entry, bad, 10.0) is not None  # forked, and it answers
+    assert forks == [1]
+    monkeypatch.setattr(fork_safety, "hazards", lambda: ["a pool is running"])
+    refusal = probe.probe_samples(entry, bad, 10.0)
+    assert refusal is not None and "TypeError" in refusal.raised  # answered in this process
+    assert forks == [1]
+
+
+def test_progress_per_entry_once_all_its_cases_arrived():
+    from harness.core.results import CaseResult
+
+    cases = [types.SimpleNamespace(entry=e, id=f"{e}/{k}") for e in "AB" for k in range(2)]
+
+    def record(case):
+        return CaseResult(case.id, case.entry, "vjp", 0, "s0", None, "pass")
+
+    skipped = {"A/0": record(cases[0])}
+    told: list[str] = []
+    finished = FinishedEntries(cases, skipped, lambda r: told.append(r.id))
+    finished.arrived(record(cases[2]))  # B/0: B not finished
+    assert told == []
+    finished.arrived(record(cases[1]))  # A/1: A finished, with its skipped case first
+    assert told == ["A/0", "A/1"]
+    finished.arrived(record(cases[3]))
+    assert told == ["A/0", "A/1", "B/0", "B/1"] and finished.told == set(told)
+
+
+# --- the hazard project, end to end ------------------------------------------------
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HAZLIB_PLANTED", "AFDB_WORKER_ENGINE")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return {**env, **extra}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """The project with its tests' recording (``afdb record -m pytest``), made once."""
+    folder = tmp_path_factory.mktemp("hazard") / "proj"
+    shutil.copytree(PROJECT, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "test_hazlib.py").write_text((folder / "hazlib_tests.py").read_text())
+    argv = ["record", "-o", "rec", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    argv += ["-p", "no:randomly", "test_hazlib.py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", *argv],
+        cwd=folder,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return folder
+
+
+def _check_after_the_pools(folder: Path, out: str, **env: str) -> tuple[dict[str, list[str]], str]:
+    """``afdb check --recorded`` in a process whose pools the Functions already started."""
+    argv = ["check", "--recorded", "rec", "--checks", "vjp", "--timeout", "2", "--json", out]
+    proc = subprocess.run(
+        [sys.executable, "drive.py", *argv],
+        cwd=folder,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    report = read_report(folder / out)
+    statuses: dict[str, list[str]] = {}
+    for case in report["cases"]:
+        statuses.setdefault(case["entry"], []).append(case["status"])
+    return statuses, proc.stdout + proc.stderr
+
+
+def test_forked_from_the_pools_every_case_hangs(recorded: Path):
+    """The process model before the safety check (bounded by the 2 s case limit)."""
+    statuses, out = _check_after_the_pools(recorded, "forked.json", AFDB_WORKER_ENGINE="fork")
+    for name in FUNCTIONS:
+        assert statuses[name] and set(statuses[name]) == {"timeout"}, (name, statuses, out)
+    assert "process model" not in out
+
+
+def test_after_the_pools_the_correct_functions_conform(recorded: Path):
+    statuses, out = _check_after_the_pools(recorded, "here.json")
+    for name in FUNCTIONS:
+        assert statuses[name] and set(statuses[name]) == {"pass"}, (name, statuses, out)
+    (line,) = [ln for ln in out.splitlines() if "process model:" in ln]
+    assert "cases run in this process" in line and "torch.jit.fork" in line
+    assert "'hazlib-cache'" in line and str(recorded) not in line
+
+
+def test_after_the_pools_the_planted_twins_fail(recorded: Path):
+    statuses, out = _check_after_the_pools(recorded, "planted.json", HAZLIB_PLANTED="1")
+    for name in FUNCTIONS:
+        assert statuses[name] and set(statuses[name]) == {"fail"}, (name, statuses, out)
+
+
+def test_pytest_afdb_checks_after_the_tests_started_the_pools(recorded: Path):
+    """``pytest --afdb``: the pools run in the pytest process when the check starts."""
+    argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "test_hazlib.py"]
+    argv += ["--afdb", "--afdb-checks", "vjp"]
+    proc = subprocess.run(
+        [sys.executable, *argv],
+        cwd=recorded,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "afdb: process model: cases run in this process" in out, out
+    for name in FUNCTIONS:
+        assert any(ln.strip().startswith(name) and "conforms" in ln for ln in out.splitlines()), out
+
+
+def test_the_project_is_not_collected_by_the_suites_own_pytest():
+    """Its tests are ``hazlib_tests.py``, copied as ``test_hazlib.py`` per run: collected
+    here, they would start the pools in this process."""
+    assert not list(PROJECT.glob("test_*.py"))
+    assert (PROJECT / "hazlib_tests.py").exists()
