@@ -47,6 +47,17 @@ class _Lines(io.TextIOBase):
         return len(s)
 
 
+def _shower(reporter: Any) -> Any:
+    """``reporter.write_line`` on a line of its own (the test progress line may be open)."""
+
+    def show(line: str) -> None:
+        if getattr(reporter._tw, "width_of_current_line", 0):
+            reporter._tw.line()
+        reporter.write_line(line)
+
+    return show
+
+
 def check_argv(config: Any, directory: str) -> list[str]:
     """The ``afdb check --recorded`` command line the session's options make."""
     argv = ["check", "--recorded", directory]
@@ -102,13 +113,19 @@ class RecordedCheckSession:
         classes = dict(getattr(recorder, "classes", {}) or {})
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         tty = reporter is not None and getattr(reporter, "isatty", False)
-        show = reporter.write_line if tty and reporter is not None else None
+        show = _shower(reporter) if tty and reporter is not None else None
         try:
             args = self._args()
             from harness.recording import load_recording
 
             recording = load_recording(self.directory)
             out = _Lines(show, {f.target for f in recording.functions})
+            if show is not None and recording.functions:
+                count = len(recording.functions)
+                show(
+                    f"afdb: checking {count} Function{'s' if count != 1 else ''} these tests "
+                    "called (a line for each as its cases finish)"
+                )
             got: list[str] = []
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 xdist = bool(getattr(self.config.option, "numprocesses", None))

@@ -285,3 +285,32 @@ def test_the_project_is_not_collected_by_the_suites_own_pytest():
     here, they would start the pools in this process."""
     assert not list(PROJECT.glob("test_*.py"))
     assert (PROJECT / "hazlib_tests.py").exists()
+
+
+def test_pytest_afdb_shows_progress_and_the_model_on_a_terminal():
+    from harness.pytest_afdb import _Lines, _shower
+
+    shown: list[str] = []
+    out = _Lines(shown.append, {"lib:F"})
+    out.write("afdb check --recorded rec: 1 Function recorded\nnote: process model: cases run")
+    out.write(
+        " in this process (x)\nlib:F: 3 pass (0.1s in cases)\nlib:G: 1 pass (0.1s in cases)\n"
+    )
+    assert shown == [
+        "afdb: process model: cases run in this process (x)",
+        "afdb: lib:F: 3 pass (0.1s in cases)",
+    ]
+
+    class Writer:
+        width_of_current_line = 6  # "..... [100%]" left open by the test progress
+
+        def line(self) -> None:
+            self.width_of_current_line = 0
+            said.append("\n")
+
+    said: list[str] = []
+    reporter = types.SimpleNamespace(_tw=Writer(), write_line=said.append)
+    show = _shower(reporter)
+    show("afdb: one")
+    show("afdb: two")
+    assert said == ["\n", "afdb: one", "afdb: two"]
