@@ -314,3 +314,63 @@ def test_pytest_afdb_shows_progress_and_the_model_on_a_terminal():
     show("afdb: one")
     show("afdb: two")
     assert said == ["\n", "afdb: one", "afdb: two"]
+
+
+POOL_AT_IMPORT = """
+import queue, threading
+import torch
+
+_JOBS = queue.Queue()
+
+
+def _serve():
+    while True:
+        _JOBS.get().set()
+
+
+threading.Thread(target=_serve, name="lib-pool", daemon=True).start()  # at import
+
+
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        done = threading.Event()
+        _JOBS.put(done)
+        done.wait()
+        return x**3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 3 * x**2
+
+
+def samples():
+    return [(torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3),)]
+"""
+
+
+def test_a_target_whose_import_starts_a_pool_runs_in_fresh_interpreters(tmp_path: Path):
+    """``afdb check lib.py:Cube``: the import started the library's thread in the ``afdb``
+    process, so the cases run in fresh worker interpreters (each imports it anew)."""
+    (tmp_path / "poollib.py").write_text(POOL_AT_IMPORT)
+    argv = ["check", "poollib.py:Cube", "--samples", "poollib.py:samples", "--checks", "vjp"]
+    argv += ["--timeout", "20", "--json", "out.json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", *argv],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    (line,) = [ln for ln in out.splitlines() if "process model:" in ln]
+    assert "fresh worker interpreters" in line and "'lib-pool'" in line, line
+    statuses = {c["status"] for c in read_report(tmp_path / "out.json")["cases"]}
+    assert statuses == {"pass"}, out
