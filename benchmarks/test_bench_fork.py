@@ -67,7 +67,7 @@ def test_cases(benchmark, monkeypatch, model):
     from harness.entries import make_entry
     from tests.verdict_functions import Double, plain_samples
 
-    monkeypatch.setattr(parallel, "process_model", lambda source="": (model, ""))
+    monkeypatch.setattr(parallel, "process_model", lambda source="", entries=(): (model, ""))
     entry = make_entry(Double, plain_samples)
     options = Options(checks=("vjp", "vmap"), timeout_s=60)
 

@@ -131,18 +131,39 @@ def test_a_fresh_torch_process_is_safe_and_jit_fork_is_not():
 # --- what runs the cases, and the probe --------------------------------------------
 
 
+class Imported:  # importable by its module and name: a fresh interpreter finds it
+    pass
+
+
 def test_the_process_model_where_forking_is_unsafe(monkeypatch):
+    class Local:  # a recording's live class a fresh interpreter cannot import
+        pass
+
+    imported = [types.SimpleNamespace(function=Imported)]
+    local = [*imported, types.SimpleNamespace(function=Local)]
     monkeypatch.delenv("AFDB_WORKER_ENGINE", raising=False)
     monkeypatch.setattr("harness.engine.forkpool.available", lambda: True)
     monkeypatch.setattr(fork_safety, "hazards", lambda: [])
-    assert parallel.process_model("recorded") == ("fork", "")
+    assert parallel.process_model("recorded", local) == ("fork", "")
     monkeypatch.setattr(fork_safety, "hazards", lambda: ["a pool is running"])
-    model, line = parallel.process_model("recorded")
+    model, line = parallel.process_model("recorded", local)
     assert model == "in-process" and "a pool is running" in line and "/" not in line
+    assert line.startswith("process model: cases run in this process")
+    model, line = parallel.process_model("recorded", imported)
+    assert model == "xdist" and line.startswith("process model: cases run in fresh worker")
     model, line = parallel.process_model("afdb")
-    assert model == "xdist" and line.startswith("process model: ") and "a pool is running" in line
+    assert model == "xdist" and "a pool is running" in line
     monkeypatch.setenv("AFDB_WORKER_ENGINE", "fork")  # the old model, on request
     assert parallel.engine("recorded") == "fork"
+
+
+def test_importable_classes():
+    class Local:
+        pass
+
+    assert fork_safety.importable(Imported)
+    assert not fork_safety.importable(Local)
+    assert not fork_safety.importable(type("Made", (), {"__module__": "__main__"}))
 
 
 def test_the_probe_does_not_fork_an_unsafe_process(monkeypatch):
@@ -247,11 +268,12 @@ def test_forked_from_the_pools_every_case_hangs(recorded: Path):
 
 
 def test_after_the_pools_the_correct_functions_conform(recorded: Path):
+    """hazlib imports in a fresh interpreter: the cases run in fresh worker interpreters."""
     statuses, out = _check_after_the_pools(recorded, "here.json")
     for name in FUNCTIONS:
         assert statuses[name] and set(statuses[name]) == {"pass"}, (name, statuses, out)
     (line,) = [ln for ln in out.splitlines() if "process model:" in ln]
-    assert "cases run in this process" in line and "torch.jit.fork" in line
+    assert "cases run in fresh worker interpreters" in line and "torch.jit.fork" in line
     assert "'hazlib-cache'" in line and str(recorded) not in line
 
 
@@ -261,10 +283,39 @@ def test_after_the_pools_the_planted_twins_fail(recorded: Path):
         assert statuses[name] and set(statuses[name]) == {"fail"}, (name, statuses, out)
 
 
+LOCAL_TEST = """
+import torch
+
+import hazlib
+
+
+def test_a_class_of_the_test_itself():
+    class PooledSquare(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            hazlib._flush_cache()
+            return x * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 2 * x
+
+    x = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3).requires_grad_()
+    PooledSquare.apply(x).sum().backward()
+"""
+
+
 def test_pytest_afdb_checks_after_the_tests_started_the_pools(recorded: Path):
-    """``pytest --afdb``: the pools run in the pytest process when the check starts."""
+    """``pytest --afdb``: the pools run in the pytest process when the check starts, and a
+    class defined in a test cannot be imported by a fresh interpreter: this process."""
+    (recorded / "test_local.py").write_text(LOCAL_TEST)
     argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "test_hazlib.py"]
-    argv += ["--afdb", "--afdb-checks", "vjp"]
+    argv += ["test_local.py", "--afdb", "--afdb-checks", "vjp"]
     proc = subprocess.run(
         [sys.executable, *argv],
         cwd=recorded,
@@ -276,7 +327,7 @@ def test_pytest_afdb_checks_after_the_tests_started_the_pools(recorded: Path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "afdb: process model: cases run in this process" in out, out
-    for name in FUNCTIONS:
+    for name in (*FUNCTIONS, "test_local:test_a_class_of_the_test_itself.<locals>.PooledSquare"):
         assert any(ln.strip().startswith(name) and "conforms" in ln for ln in out.splitlines()), out
 
 

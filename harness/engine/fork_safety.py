@@ -33,6 +33,8 @@ import contextlib
 import os
 import sys
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 #: OS thread names (``/proc/self/task/*/comm``) that no forked child can do without.
 UNSAFE_THREAD_NAMES = {
@@ -129,4 +131,53 @@ def unsafe_reason() -> str:
     return "; ".join(hazards())
 
 
-__all__ = ["hazards", "numba_pool", "task_names", "torch_allowance", "unsafe_reason"]
+def importable(cls: Any) -> bool:
+    """A fresh interpreter with this process's ``sys.path`` imports ``cls`` by its module
+    and qualified name (not a class of ``__main__``, of a function, or of a module that
+    came from no file)."""
+    module = getattr(cls, "__module__", None)
+    qualname = getattr(cls, "__qualname__", "")
+    loaded = sys.modules.get(module or "")
+    if not module or module == "__main__" or "<locals>" in qualname or loaded is None:
+        return False
+    spec = getattr(loaded, "__spec__", None)
+    if spec is None or not getattr(spec, "origin", None) or spec.name != module:
+        return False
+    found: Any = loaded
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found is cls
+
+
+def process_model(source: str = "", entries: Sequence[Any] = ()) -> tuple[str, str]:
+    """``fork``, ``xdist`` (fresh interpreters) or ``in-process``, and where forking is
+    unsafe the one line that says which and why (no paths). A recorded check goes to fresh
+    interpreters only when every entry's class imports there (a recording's live classes
+    may not: then this process)."""
+    from harness.engine import forkpool
+
+    wanted = os.environ.get("AFDB_WORKER_ENGINE", "")
+    if wanted == "xdist" or not forkpool.available():
+        return "xdist", ""
+    reason = unsafe_reason()
+    if not reason:
+        return "fork", ""
+    why = f"forking this process is not safe: {reason}"
+    functions = [getattr(e, "function", None) for e in entries]
+    if source == "recorded" and not (functions and all(importable(f) for f in functions)):
+        return "in-process", (
+            f"process model: cases run in this process, not in forked workers ({why}); "
+            "a Function that kills its process ends the run"
+        )
+    return "xdist", f"process model: cases run in fresh worker interpreters, not forked ({why})"
+
+
+__all__ = [
+    "hazards",
+    "importable",
+    "numba_pool",
+    "process_model",
+    "task_names",
+    "torch_allowance",
+    "unsafe_reason",
+]

@@ -230,25 +230,12 @@ def engine(source: str = "") -> str:
     return process_model(source)[0]
 
 
-def process_model(source: str = "") -> tuple[str, str]:
+def process_model(source: str = "", entries: Sequence[Any] = ()) -> tuple[str, str]:
     """The engine (see ``engine``) and, where forking is unsafe, the one line that says what
-    runs the cases instead and why (no paths)."""
-    from harness.engine import forkpool
-    from harness.engine.fork_safety import unsafe_reason
+    runs the cases instead and why (``harness.engine.fork_safety.process_model``)."""
+    from harness.engine.fork_safety import process_model as choose
 
-    wanted = os.environ.get("AFDB_WORKER_ENGINE", "")
-    if wanted == "xdist" or not forkpool.available():
-        return "xdist", ""
-    reason = unsafe_reason()
-    if not reason:
-        return "fork", ""
-    why = f"forking this process is not safe: {reason}"
-    if source == "recorded":  # live classes: a fresh interpreter may not import them
-        return "in-process", (
-            f"process model: cases run in this process, not in forked workers ({why}); "
-            "a Function that kills its process ends the run"
-        )
-    return "xdist", f"process model: cases run in fresh worker interpreters, not forked ({why})"
+    return choose(source, entries)
 
 
 def _stop_group(proc: subprocess.Popen[str]) -> None:
@@ -352,7 +339,7 @@ def run_parallel(
         for r in early.values():
             if on_record is not None:
                 on_record(r)
-        model, model_note = process_model(source)
+        model, model_note = process_model(source, entries)
         if model_note and to_run:
             print(f"note: {model_note}", flush=True)
         if not to_run:
@@ -529,6 +516,8 @@ def _run_xdist(
             "expectations": os.path.abspath(expectations) if expectations else None,
             "results_dir": folder,
             "backend": backend,  # afdb certify: the workers adapt the entries to it
+            # a recording: the workers load it and import its classes (fork_safety decides)
+            "recorded": target.worker_config() if hasattr(target, "worker_config") else None,
         }
         config_path = os.path.join(folder, "config.json")
         with open(config_path, "w") as f:
@@ -548,7 +537,10 @@ def _run_xdist(
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         # The workers import this very harness (a checkout wins over an installed copy).
         root = str(SUITE_ROOT)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [root, env.get("PYTHONPATH", "")] if p)
+        paths = [root, env.get("PYTHONPATH", "")]
+        if config["recorded"]:  # the recorded classes import from where this process found them
+            paths += [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         cmd = pytest_command(str(workers), test_file, folder, max_restarts=len(cases) + 4)
         returncode, output = 0, ""
         try:
