@@ -2,8 +2,8 @@
 
 A process in which a library started a thread pool cannot fork a child that works: the
 child has the pool's state but not its threads. ``harness.engine.fork_safety`` names such a
-parent; the recorded check then runs its cases in this process, other runs in fresh
-interpreters, and the samples probe does not fork. The project ``tests/fork_hazard_project``
+parent; the cases then run in fresh worker interpreters (in this process for a recorded
+check with a class a fresh interpreter cannot import), and the samples probe does not fork. The project ``tests/fork_hazard_project``
 (hazlib) has a Function that runs its forward through ``torch.jit.fork`` and one that waits
 for its library's worker thread; forked from a process where both pools run, every case
 times out (shown with ``AFDB_WORKER_ENGINE=fork`` and a 2 s limit); with the safety check,

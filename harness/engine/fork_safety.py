@@ -21,9 +21,11 @@ use one intra-op thread, so they never wake the team. NumPy's OpenBLAS starts ``
 threads at import and has fork handlers. The suite's own watchdog thread (``afdb-*``) is
 reset in a child (``engine/deadline.py``).
 
-Where a hazard is present the suite does not fork (``harness.engine.parallel.engine``,
-``harness.engine.probe``): a ``crash`` or ``timeout`` then means the Function crashed or
-hung, never the suite's process model. ``AFDB_WORKER_ENGINE=fork`` forks regardless (to
+Where a hazard is present the suite does not fork (``process_model``, used by
+``harness.engine.parallel``; ``harness.engine.probe``): the cases run in fresh worker
+interpreters (pytest-xdist), or in this process for a recorded check whose live classes a
+fresh interpreter cannot import; a ``crash`` or ``timeout`` then means the Function crashed
+or hung, never the suite's process model. ``AFDB_WORKER_ENGINE=fork`` forks regardless (to
 show what a fork would do).
 """
 
