@@ -425,3 +425,46 @@ def test_a_target_whose_import_starts_a_pool_runs_in_fresh_interpreters(tmp_path
     assert "fresh worker interpreters" in line and "'lib-pool'" in line, line
     statuses = {c["status"] for c in read_report(tmp_path / "out.json")["cases"]}
     assert statuses == {"pass"}, out
+
+
+def test_fresh_interpreters_report_progress_while_they_run(monkeypatch):
+    """The xdist engine's records reach the progress line as the workers write them (a fake
+    pool writes every record, then waits a poll), each once."""
+    import json
+
+    from harness.core.options import Options
+    from harness.entries import make_entry
+    from tests.verdict_functions import Double, plain_samples
+
+    seen: list[str] = []
+    during: list[int] = []
+
+    def pool(cmd, env, poll=None):
+        folder = env["AFDB_RESULTS_DIR"]
+        with open(os.path.join(folder, "config.json")) as f:
+            ids = [case_id for _, case_id in json.load(f)["cases"]]
+        with open(os.path.join(folder, "results-1.jsonl"), "w") as f:
+            for case_id in ids:
+                r = {"id": case_id, "entry": case_id.split("/")[0], "check": "vjp"}
+                r.update(sample=0, sample_name="s0", plan=None, status="pass")
+                f.write(json.dumps(r) + "\n")
+            f.write('{"id": "half a line')  # a record being written: not read yet
+        assert poll is not None
+        poll()
+        during.append(len(seen))
+        path = os.path.join(folder, "results-1.jsonl")
+        with open(path) as f:
+            whole = f.read().rsplit("\n", 1)[0] + "\n"
+        with open(path, "w") as f:  # the pool ended: no half line is left
+            f.write(whole)
+        return 0, "1 passed"
+
+    monkeypatch.setattr(parallel, "process_model", lambda source="", entries=(): ("xdist", ""))
+    monkeypatch.setattr(parallel, "_run_pool", pool)
+    entry = make_entry(Double, plain_samples)
+    options = Options(checks=("vjp", "vmap"), timeout_s=30)
+    results = parallel.run_parallel(
+        [entry], options, 1, source="user", progress=lambda r: seen.append(r.id)
+    )
+    assert during == [len(results)] and len(results) > 1  # all told before the pool ended
+    assert sorted(seen) == sorted(r.id for r in results)  # and each once

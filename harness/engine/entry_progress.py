@@ -11,6 +11,8 @@ the end) the caller hands on as before: ``told`` says which ids it already did.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -49,4 +51,42 @@ class FinishedEntries:
             self.progress(self.records[case_id])
 
 
-__all__ = ["FinishedEntries"]
+class ResultsTail:
+    """Called while a pytest-xdist pool runs: tells ``told`` each new record its workers
+    appended to their ``results-*.jsonl`` files in ``folder`` (whole lines only; ids not in
+    ``wanted`` and records already told are skipped)."""
+
+    def __init__(self, folder: str, wanted: set[str], told: Callable[[CaseResult], None]) -> None:
+        self.folder = folder
+        self.wanted = wanted
+        self.told = told
+        self.offsets: dict[str, int] = {}
+        self.seen: set[str] = set()
+
+    def __call__(self) -> None:
+        try:
+            names = sorted(os.listdir(self.folder))
+        except OSError:
+            return
+        for name in names:
+            if not (name.startswith("results-") and name.endswith(".jsonl")):
+                continue
+            try:
+                with open(os.path.join(self.folder, name), "rb") as f:
+                    f.seek(self.offsets.get(name, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            whole = data[: data.rfind(b"\n") + 1]
+            self.offsets[name] = self.offsets.get(name, 0) + len(whole)
+            for line in whole.splitlines():
+                try:
+                    r = CaseResult.from_dict(json.loads(line))
+                except ValueError:
+                    continue
+                if r.id in self.wanted and r.id not in self.seen:
+                    self.seen.add(r.id)
+                    self.told(r)
+
+
+__all__ = ["FinishedEntries", "ResultsTail"]

@@ -252,27 +252,39 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
         proc.communicate(timeout=5)
 
 
-def _run_pool(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Run the pytest-xdist pool; on any interruption stop it and its workers, then re-raise."""
+def _run_pool(
+    cmd: list[str], env: dict[str, str], poll: Callable[[], None] | None = None
+) -> tuple[int, str]:
+    """Run the pytest-xdist pool (``poll`` called about twice a second while it runs); on any
+    interruption stop it and its workers, then re-raise. Its output goes to a file, so
+    nothing must drain a pipe while this process polls."""
     proc: subprocess.Popen[str] | None = None
-    try:
-        with deferred_signals():  # a signal right after the start still stops the pool
-            proc = subprocess.Popen(
-                cmd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                cwd=os.getcwd(),
-                start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool
-            )
-        out, _ = proc.communicate()
-    except BaseException:
-        if proc is not None:
-            with deferred_signals():
-                _stop_group(proc)
-        raise
-    return proc.returncode, out or ""
+    with tempfile.TemporaryFile(mode="w+") as output:
+        try:
+            with deferred_signals():  # a signal right after the start still stops the pool
+                proc = subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    cwd=os.getcwd(),
+                    start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool
+                )
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if poll is not None:
+                        poll()
+        except BaseException:
+            if proc is not None:
+                with deferred_signals():
+                    _stop_group(proc)
+            raise
+        output.seek(0)
+        return proc.returncode, output.read()
 
 
 def run_parallel(
@@ -360,6 +372,7 @@ def run_parallel(
                 keep,
                 done,
                 backend,
+                finished.arrived if finished is not None else None,
             )
     except KeyboardInterrupt:
         interrupted = True
@@ -499,8 +512,10 @@ def _run_xdist(
     keep: bool,
     done: dict[str, CaseResult],
     backend: dict[str, Any] | None = None,
+    told: Callable[[CaseResult], None] | None = None,
 ) -> str:
-    """The cases in fresh pytest-xdist interpreters; returns the pool's last output line."""
+    """The cases in fresh pytest-xdist interpreters; returns the pool's last output line.
+    ``told`` sees each record as the workers write it (progress lines while it runs)."""
     folder = ""
     try:
         with deferred_signals():  # once made, the folder is removed however the run ends
@@ -544,7 +559,10 @@ def _run_xdist(
         cmd = pytest_command(str(workers), test_file, folder, max_restarts=len(cases) + 4)
         returncode, output = 0, ""
         try:
-            returncode, output = _run_pool(cmd, env)
+            from harness.engine.entry_progress import ResultsTail
+
+            poll = ResultsTail(folder, {c.id for c in cases}, told) if told else None
+            returncode, output = _run_pool(cmd, env, poll)
         finally:  # also on Ctrl-C: the finished cases count
             with deferred_signals():
                 _collect_xdist(folder, cases, options, target, done)
