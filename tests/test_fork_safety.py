@@ -12,6 +12,7 @@ the correct Functions conform and their planted twins (``HAZLIB_PLANTED=1``) fai
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import shutil
 import subprocess
@@ -164,6 +165,19 @@ def test_importable_classes():
     assert fork_safety.importable(Imported)
     assert not fork_safety.importable(Local)
     assert not fork_safety.importable(type("Made", (), {"__module__": "__main__"}))
+    # a module that sys.modules holds but no sys.path directory leads to (pytest's
+    # importlib mode): a fresh interpreter would not find it
+    orphan = types.ModuleType("afdb_orphan_module")
+    orphan.__spec__ = importlib.machinery.ModuleSpec(
+        "afdb_orphan_module", None, origin="/nowhere/afdb_orphan_module.py"
+    )
+    made = type("Made", (), {"__module__": "afdb_orphan_module"})
+    orphan.Made = made
+    sys.modules["afdb_orphan_module"] = orphan
+    try:
+        assert not fork_safety.importable(made)
+    finally:
+        del sys.modules["afdb_orphan_module"]
 
 
 def test_the_probe_does_not_fork_an_unsafe_process(monkeypatch):

@@ -148,7 +148,20 @@ def importable(cls: Any) -> bool:
     found: Any = loaded
     for part in qualname.split("."):
         found = getattr(found, part, None)
-    return found is cls
+    if found is not cls:
+        return False
+    # its top-level package is found on this sys.path (what the workers are given), not
+    # only in sys.modules (pytest's importlib import mode leaves no path to it)
+    from importlib.machinery import PathFinder
+
+    top = module.partition(".")[0]
+    if top in sys.builtin_module_names:
+        return True
+    paths = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
+    try:
+        return PathFinder.find_spec(top, paths) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def process_model(source: str = "", entries: Sequence[Any] = ()) -> tuple[str, str]:
