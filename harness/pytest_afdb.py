@@ -22,6 +22,9 @@ import pytest
 
 from harness.core.errors import UsageError
 
+#: The line that says the cases do not run in forked workers, and why (engine/parallel.py).
+MODEL_NOTE = "note: process model: "
+
 
 class _Lines(io.TextIOBase):
     """Everything the check prints, kept; on a terminal its progress lines shown as they come."""
@@ -38,9 +41,21 @@ class _Lines(io.TextIOBase):
         while "\n" in self.pending:
             line, self.pending = self.pending.split("\n", 1)
             name = line.split(": ", 1)[0]
-            if self.show is not None and name in self.entries and line.endswith("in cases)"):
-                self.show(f"afdb: {line}")
+            progress = name in self.entries and line.endswith("in cases)")
+            if self.show is not None and (progress or line.startswith(MODEL_NOTE)):
+                self.show(f"afdb: {line.removeprefix('note: ')}")
         return len(s)
+
+
+def _shower(reporter: Any) -> Any:
+    """``reporter.write_line`` on a line of its own (the test progress line may be open)."""
+
+    def show(line: str) -> None:
+        if getattr(reporter._tw, "width_of_current_line", 0):
+            reporter._tw.line()
+        reporter.write_line(line)
+
+    return show
 
 
 def check_argv(config: Any, directory: str) -> list[str]:
@@ -98,13 +113,19 @@ class RecordedCheckSession:
         classes = dict(getattr(recorder, "classes", {}) or {})
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         tty = reporter is not None and getattr(reporter, "isatty", False)
-        show = reporter.write_line if tty and reporter is not None else None
+        show = _shower(reporter) if tty and reporter is not None else None
         try:
             args = self._args()
             from harness.recording import load_recording
 
             recording = load_recording(self.directory)
             out = _Lines(show, {f.target for f in recording.functions})
+            if show is not None and recording.functions:
+                count = len(recording.functions)
+                show(
+                    f"afdb: checking {count} Function{'s' if count != 1 else ''} these tests "
+                    "called (a line for each as its cases finish)"
+                )
             got: list[str] = []
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 xdist = bool(getattr(self.config.option, "numprocesses", None))
@@ -116,6 +137,10 @@ class RecordedCheckSession:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         self.lines = got
+        said = "".join(out.text).splitlines()
+        self.model = next(
+            (ln.removeprefix("note: ") for ln in said if ln.startswith(MODEL_NOTE)), ""
+        )
         if result is not None:
             from harness.reports.grouping import failure_groups, terminal_lines
 
@@ -135,6 +160,8 @@ class RecordedCheckSession:
         if self.problem:
             terminalreporter.write_line(f"afdb: {self.problem}")
             return
+        if getattr(self, "model", ""):
+            terminalreporter.write_line(f"afdb: {self.model}")
         for line in self.lines:
             terminalreporter.write_line(line)
         if self.details:

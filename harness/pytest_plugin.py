@@ -267,6 +267,10 @@ def _suite_from_config(config: dict[str, Any]) -> _Suite:
     if config.get("target"):
         entries = [TargetSpec.from_dict(config["target"]).make_entry()]
         target = TargetSpec.from_dict(config.get("repro_target") or config["target"])
+    elif config.get("recorded"):  # a recorded check whose parent could not fork
+        from harness.cli.check_recorded import rebuild
+
+        entries, target = rebuild(config["recorded"], config["entries"])
     else:
         from harness.sources import load_source, select_entries
 

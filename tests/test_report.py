@@ -313,7 +313,7 @@ def test_ctrl_c_under_workers_keeps_the_finished_cases(tmp_path, monkeypatch):
 
     monkeypatch.setenv("AFDB_WORKER_ENGINE", "xdist")
 
-    def interrupted_pool(cmd, env):
+    def interrupted_pool(cmd, env, poll=None):
         folder = env["AFDB_RESULTS_DIR"]
         finished = {
             "id": "NumpyCube/vmap/s0/in_dims=(0,)",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.cli.common import CliError
@@ -35,6 +35,21 @@ class RecordedTarget:
     declarations: tuple[str, ...] = ()
     #: How a repro script knows to read the recording (harness.repro.script).
     recorded: bool = True
+    #: The command line's capability flags for every Function (``_default_declaration``).
+    default: Any = field(default=None, compare=False, repr=False)
+
+    def worker_config(self) -> dict[str, Any]:
+        """What a fresh worker interpreter needs to rebuild the entries (``rebuild``)."""
+        import os
+
+        default = self.default
+        return {
+            "directory": self.directory,
+            "path": os.path.abspath(self.directory),
+            "declarations": list(self.declarations),
+            "gradient": getattr(default, "gradient", "derivative"),
+            "capabilities": dict(getattr(default, "capabilities", {}) or {}),
+        }
 
     def cli_args(self) -> list[str]:
         args = ["--recorded", self.directory]
@@ -190,7 +205,9 @@ def check_recording(
         )
         if options.batch_size_note:
             print(f"batch sizes: {options.batch_size_note}")
-    target = RecordedTarget(shown, tuple(d.text for d in declarations.values()))
+    target = RecordedTarget(
+        shown, tuple(d.text for d in declarations.values()), default=_default_declaration(args)
+    )
     result: RunResult | None = None
     if entries:
 
@@ -262,6 +279,27 @@ def check_after_record(
     args.argv = argv
     status, _, _ = check_recording(args, recording=recording, classes=classes)
     return status
+
+
+def rebuild(config: Mapping[str, Any], names: Sequence[str]) -> tuple[list[Any], RecordedTarget]:
+    """In a fresh worker interpreter: the entries ``names`` of the recording a
+    ``RecordedTarget.worker_config`` describes (classes imported by their targets), and the
+    target their repro commands name."""
+    from harness.recorded.declare import Declaration, parse_declarations
+    from harness.recorded.entries import recorded_entries
+    from harness.recording import load_recording
+
+    declarations = parse_declarations(config["declarations"])
+    capabilities = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in config["capabilities"].items()
+    }
+    default = Declaration("*", config["gradient"], capabilities)
+    found = recorded_entries(
+        load_recording(config["path"]), declarations=declarations, default=default
+    )
+    by_name = {r.entry.name: r.entry for r in found if r.entry is not None}
+    target = RecordedTarget(config["directory"], tuple(config["declarations"]), default=default)
+    return [by_name[n] for n in names if n in by_name], target
 
 
 def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Options]:

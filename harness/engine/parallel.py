@@ -219,18 +219,23 @@ def _enumerate(
     return datas, expected, early
 
 
-def engine() -> str:
-    """``fork`` (workers forked after the imports) where it is safe, else ``xdist``.
+def engine(source: str = "") -> str:
+    """``fork`` (workers forked after the imports) where it is safe, else ``xdist``, or
+    ``in-process`` for a run fresh interpreters cannot rebuild (a recording's live classes).
 
     ``AFDB_WORKER_ENGINE=xdist`` forces fresh pytest-xdist interpreters (the engine
-    for platforms without a safe fork, e.g. once CUDA is initialised).
+    for platforms without a safe fork, e.g. once CUDA is initialised); ``=fork`` forks
+    even where ``harness.engine.fork_safety`` finds a thread pool a child cannot do without.
     """
-    from harness.engine import forkpool
+    return process_model(source)[0]
 
-    wanted = os.environ.get("AFDB_WORKER_ENGINE", "")
-    if wanted == "xdist" or not forkpool.available():
-        return "xdist"
-    return "fork"
+
+def process_model(source: str = "", entries: Sequence[Any] = ()) -> tuple[str, str]:
+    """The engine (see ``engine``) and, where forking is unsafe, the one line that says what
+    runs the cases instead and why (``harness.engine.fork_safety.process_model``)."""
+    from harness.engine.fork_safety import process_model as choose
+
+    return choose(source, entries)
 
 
 def _stop_group(proc: subprocess.Popen[str]) -> None:
@@ -247,27 +252,39 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
         proc.communicate(timeout=5)
 
 
-def _run_pool(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Run the pytest-xdist pool; on any interruption stop it and its workers, then re-raise."""
+def _run_pool(
+    cmd: list[str], env: dict[str, str], poll: Callable[[], None] | None = None
+) -> tuple[int, str]:
+    """Run the pytest-xdist pool (``poll`` called about twice a second while it runs); on any
+    interruption stop it and its workers, then re-raise. Its output goes to a file, so
+    nothing must drain a pipe while this process polls."""
     proc: subprocess.Popen[str] | None = None
-    try:
-        with deferred_signals():  # a signal right after the start still stops the pool
-            proc = subprocess.Popen(
-                cmd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                cwd=os.getcwd(),
-                start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool
-            )
-        out, _ = proc.communicate()
-    except BaseException:
-        if proc is not None:
-            with deferred_signals():
-                _stop_group(proc)
-        raise
-    return proc.returncode, out or ""
+    with tempfile.TemporaryFile(mode="w+") as output:
+        try:
+            with deferred_signals():  # a signal right after the start still stops the pool
+                proc = subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    cwd=os.getcwd(),
+                    start_new_session=True,  # a Ctrl-C reaches us only; we stop the pool
+                )
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if poll is not None:
+                        poll()
+        except BaseException:
+            if proc is not None:
+                with deferred_signals():
+                    _stop_group(proc)
+            raise
+        output.seek(0)
+        return proc.returncode, output.read()
 
 
 def run_parallel(
@@ -320,14 +337,29 @@ def run_parallel(
     interrupted = False
     stopped: RunStopped | None = None
     tail = ""
+    from harness.engine.entry_progress import FinishedEntries
+
+    finished = FinishedEntries(expected, skipped, progress) if progress else None
+
+    def arrived(r: CaseResult) -> None:  # one progress line per entry as it finishes
+        if finished is not None:
+            finished.arrived(r)
+        if on_record is not None:
+            on_record(r)
+
     try:
         for r in early.values():
             if on_record is not None:
                 on_record(r)
+        model, model_note = process_model(source, entries)
+        if model_note and to_run:
+            print(f"note: {model_note}", flush=True)
         if not to_run:
             pass
-        elif engine() == "fork":
-            _run_forked(to_run, datas, options, n, target, done, on_record)
+        elif model == "in-process":
+            _run_here(to_run, datas, target, done, arrived)
+        elif model == "fork":
+            _run_forked(to_run, datas, options, n, target, done, arrived)
         else:
             tail = _run_xdist(
                 to_run,
@@ -340,6 +372,7 @@ def run_parallel(
                 keep,
                 done,
                 backend,
+                finished.arrived if finished is not None else None,
             )
     except KeyboardInterrupt:
         interrupted = True
@@ -357,7 +390,8 @@ def run_parallel(
             ordered.append(r)
     for r in ordered:
         results.append(r)
-        if progress and (stopped is not None or not interrupted):
+        told = finished is not None and r.id in finished.told
+        if progress and (stopped is not None or not interrupted) and not told:
             progress(r)
     if stopped is not None:
         raise stopped
@@ -374,6 +408,28 @@ def repro_command_for(case: Any, options: Options, target: Any) -> str:
     from harness.engine.cases import repro_command
 
     return repro_command(case.id, options, target)
+
+
+def _run_here(
+    cases: list[Any],
+    datas: dict[str, Any],
+    target: Any,
+    done: dict[str, CaseResult],
+    on_record: Callable[[CaseResult], None] | None = None,
+) -> None:
+    """The cases in this process, in order (``--no-isolate``'s way), where forking is not
+    safe and fresh interpreters cannot rebuild the entries."""
+    from harness.engine.case_state import forget_last_case
+    from harness.engine.runner import run_noted
+    from harness.engine.timeouts import TimeoutLedger
+
+    ledger = TimeoutLedger()
+    forget_last_case()
+    for case in cases:
+        r = run_noted(datas[case.entry], case, ledger, target=target, watch_between=True)
+        done[case.id] = r
+        if on_record is not None:
+            on_record(r)
 
 
 def _run_forked(
@@ -456,8 +512,10 @@ def _run_xdist(
     keep: bool,
     done: dict[str, CaseResult],
     backend: dict[str, Any] | None = None,
+    told: Callable[[CaseResult], None] | None = None,
 ) -> str:
-    """The cases in fresh pytest-xdist interpreters; returns the pool's last output line."""
+    """The cases in fresh pytest-xdist interpreters; returns the pool's last output line.
+    ``told`` sees each record as the workers write it (progress lines while it runs)."""
     folder = ""
     try:
         with deferred_signals():  # once made, the folder is removed however the run ends
@@ -473,6 +531,8 @@ def _run_xdist(
             "expectations": os.path.abspath(expectations) if expectations else None,
             "results_dir": folder,
             "backend": backend,  # afdb certify: the workers adapt the entries to it
+            # a recording: the workers load it and import its classes (fork_safety decides)
+            "recorded": target.worker_config() if hasattr(target, "worker_config") else None,
         }
         config_path = os.path.join(folder, "config.json")
         with open(config_path, "w") as f:
@@ -492,11 +552,17 @@ def _run_xdist(
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         # The workers import this very harness (a checkout wins over an installed copy).
         root = str(SUITE_ROOT)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [root, env.get("PYTHONPATH", "")] if p)
+        paths = [root, env.get("PYTHONPATH", "")]
+        if config["recorded"]:  # the recorded classes import from where this process found them
+            paths += [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         cmd = pytest_command(str(workers), test_file, folder, max_restarts=len(cases) + 4)
         returncode, output = 0, ""
         try:
-            returncode, output = _run_pool(cmd, env)
+            from harness.engine.entry_progress import ResultsTail
+
+            poll = ResultsTail(folder, {c.id for c in cases}, told) if told else None
+            returncode, output = _run_pool(cmd, env, poll)
         finally:  # also on Ctrl-C: the finished cases count
             with deferred_signals():
                 _collect_xdist(folder, cases, options, target, done)

@@ -7,7 +7,7 @@ Function is called once per sample, eagerly; if that raises, the samples are the
 mistake: one line naming the sample, the call and the exception (``UsageError``, exit 2).
 
 The calls run in a forked child where forking is safe (``forkpool.available``: Linux, no
-CUDA context), so they change nothing the cases then see: a forward that leaks state,
+CUDA context; ``fork_safety``: no thread pool a child cannot do without), so they change nothing the cases then see: a forward that leaks state,
 counts its calls or crashes does so in the child, and the cases meet it as they would
 have (one fork, about 10 ms: ``benchmarks/test_bench_probe.py``). Elsewhere
 they run in this process under the guarantees of a case (``harness.engine.isolation``: a
@@ -156,9 +156,10 @@ def probe_samples(
 ) -> Refusal | None:
     """The first sample that cannot call the Function (see the module docstring); in a
     forked child unless ``isolate`` is False or forking is not safe here."""
+    from harness.engine.fork_safety import unsafe_reason
     from harness.engine.forkpool import available
 
-    if isolate and available():
+    if isolate and available() and not unsafe_reason():  # a thread pool: no fork
         return _forked(entry, samples, timeout_s)
     return probe_in_process(entry, samples, timeout_s)
 
