@@ -282,9 +282,8 @@ def check_after_record(
 
 def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Options]:
     """``afdb repro CASE_ID --recorded DIR``: the case's entry and the run's batch sizes."""
-    from harness.recording import load_recording
-
     from harness.cli.repro_settings import rebuild_spec
+    from harness.recording import load_recording
 
     recording = load_recording(args.recorded)
     name = args.case_id.split("/", 1)[0]
@@ -294,7 +293,8 @@ def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Option
         from harness.recorded.rebuild import rebuild
 
         qualname = name.partition(":")[2]
-        classes = {name: rebuild(*args.rebuild_spec, qualname)}
+        spec, kwargs = args.rebuild_spec
+        classes = {name: rebuild(spec, kwargs, qualname)}
     everything, _ = recorded_run(args, recording, classes)
     entries = [r.entry for r in everything if r.entry is not None]
     by_name = {e.name: e for e in entries}

@@ -93,7 +93,9 @@ def rebuild_spec(args: Any) -> tuple[str, dict[str, Any]] | None:
     except ValueError as e:
         raise UsageError(f"--rebuild-args: not JSON ({e})") from None
     if not isinstance(kwargs, dict):
-        raise UsageError("--rebuild-args: a JSON object of keyword arguments, e.g. '{\"alpha\": 2}'")
+        raise UsageError(
+            "--rebuild-args: a JSON object of keyword arguments, e.g. '{\"alpha\": 2}'"
+        )
     module, sep, name = str(args.rebuild).partition(":")
     if not sep or not all(p.isidentifier() for p in (*module.split("."), *name.split("."))):
         raise UsageError(f"--rebuild {args.rebuild!r}: write package.module:factory")

@@ -70,8 +70,12 @@ def factory_of(cls: type) -> tuple[str, dict[str, Any]] | None:
     whose parameters its closures show as plain data (checked by rebuilding), else None."""
     outer, sep, inner = cls.__qualname__.partition(".<locals>.")
     module = getattr(cls, "__module__", "")
-    if not sep or "<locals>" in outer or "." in inner or module in ("__main__", "") or (
-        module not in sys.modules
+    if (
+        not sep
+        or "<locals>" in outer
+        or "." in inner
+        or module in ("__main__", "")
+        or (module not in sys.modules)
     ):
         return None
     try:

@@ -10,7 +10,9 @@ from typing import Any
 from harness.core.errors import UsageError
 
 
-def recorded_entry(directory: str, target: str, declarations: Sequence[str] = (), cls: Any = None) -> Any:
+def recorded_entry(
+    directory: str, target: str, declarations: Sequence[str] = (), cls: Any = None
+) -> Any:
     """The entry of the recorded Function ``target`` (``cls``: its class when it cannot be
     imported by its target, e.g. rebuilt by its factory)."""
     from harness.recorded.declare import parse_declarations

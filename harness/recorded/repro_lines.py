@@ -39,8 +39,7 @@ def failing_sub_check(message: str, check: str) -> str:
     name = names[0]
     if check == "vjp":
         hows = {
-            h.group(1)
-            for h in re.finditer(re.escape(f"vjp: {name} ") + r"\(([^,)]*)", message)
+            h.group(1) for h in re.finditer(re.escape(f"vjp: {name} ") + r"\(([^,)]*)", message)
         }
         if hows == {"torch.autograd.grad"}:
             name += " (torch.autograd.grad)"

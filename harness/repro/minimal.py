@@ -294,11 +294,15 @@ class SubCheck:
     def restrict(self, facts: _Facts) -> None:
         if self.input is not None:
             if self.input not in facts.diff:
-                raise UsageError(f"--sub-check {self.text!r}: input {self.input} is not differentiable")
+                raise UsageError(
+                    f"--sub-check {self.text!r}: input {self.input} is not differentiable"
+                )
             facts.diff = (self.input,)
         if self.output is not None:
             if self.output not in facts.outs:
-                raise UsageError(f"--sub-check {self.text!r}: output {self.output} is not differentiable")
+                raise UsageError(
+                    f"--sub-check {self.text!r}: output {self.output} is not differentiable"
+                )
             facts.outs = (self.output,)
 
 
@@ -423,10 +427,8 @@ def _raising_reproduces(body: list[str], transform: str) -> list[str]:
         f"    {body[at]}",
         "except Exception as exc:  # the transform raised: the failure the suite saw, reproduced",
         "    traceback.print_exc()",
-        "    if isinstance(exc, MemoryError) or 'tried to allocate' in str(exc):",
-        "        print('could not run: out of memory (no reproduction)')  # the script's own failure",
-        "        sys.exit(2)",
-        f'    sys.exit("REPRODUCED: {transform} raised")',
+        "    sys.exit(2 if isinstance(exc, MemoryError) or 'tried to allocate' in str(exc) else "
+        f'"REPRODUCED: {transform} raised")  # out of memory: the script\'s own failure',
         *body[at + 1 :],
     ]
 
