@@ -28,13 +28,13 @@ import torch
 from autograd_function_db.entry import Entry
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff_refs import eager_outputs
-from harness.core.errors import UsageError
 from harness.core.options import Options, sample_dtype
 from harness.core.repro_scope import COMPOSITES, MINIMAL_CHECKS, VMAP_FAMILY
 from harness.engine.cases import Case, EntryData
 from harness.plans.plan import MID, resolve_out_dim
 from harness.plans.slices import derive_seed, sample_seed
 from harness.repro.script import _literal
+from harness.repro.subcheck import SubCheck
 
 #: With ``gradient="custom"`` the suite accepts some results against either of two
 #: references; the short form covers the checks with one reference.
@@ -264,46 +264,6 @@ class _Facts:
             resolve_out_dim(MID, o.dim()) if lv.out_dims == MID else lv.out_dims
             for o in self.outputs
         ]
-
-
-class SubCheck:
-    """A case's sub-check as its message names it: ``input 1 alone, all outputs``,
-    ``all inputs, output 0 alone``, ``non-contiguous inputs and cotangents``, with
-    `` (torch.autograd.grad)`` when only the eager way failed."""
-
-    def __init__(self, text: str) -> None:
-        import re
-
-        self.text = text.strip()
-        rest = self.text
-        self.eager = rest.endswith("(torch.autograd.grad)")
-        rest = rest.removesuffix("(torch.autograd.grad)").strip()
-        self.strided = rest.startswith("non-contiguous")
-        self.input: int | None = None
-        self.output: int | None = None
-        for part in (p.strip() for p in rest.split(",")):
-            m = re.fullmatch(r"(input|output) (\d+) alone", part)
-            if m:
-                setattr(self, m.group(1), int(m.group(2)))
-            elif part not in ("all inputs", "all outputs") and not self.strided:
-                raise UsageError(
-                    f"--sub-check {text!r}: not a sub-check (e.g. 'input 1 alone, all outputs', "
-                    "'non-contiguous inputs and cotangents')"
-                )
-
-    def restrict(self, facts: _Facts) -> None:
-        if self.input is not None:
-            if self.input not in facts.diff:
-                raise UsageError(
-                    f"--sub-check {self.text!r}: input {self.input} is not differentiable"
-                )
-            facts.diff = (self.input,)
-        if self.output is not None:
-            if self.output not in facts.outs:
-                raise UsageError(
-                    f"--sub-check {self.text!r}: output {self.output} is not differentiable"
-                )
-            facts.outs = (self.output,)
 
 
 def _h(
