@@ -103,3 +103,13 @@ def test_the_local_class_line_reruns_its_test(checked):
     ident = "test_repro_cases:test_a_class_made_in_the_test.<locals>.Cube/vjp/s0"
     said = _run(proj, ["afdb", "repro", ident, "--recorded", ".afdb/recorded"], "")
     assert said.returncode == 2 and "rerun `pytest --afdb repro_tests/" in said.stderr, said.stderr
+
+
+def test_the_full_script_of_a_large_input_says_it_cannot_and_exits_2(checked):
+    proj, lines = checked
+    out = proj / "full.py"
+    argv = [*shlex.split(lines["softlib.repro_cases:BigBlend"]), "--full", "-o", str(out)]
+    assert _run(proj, argv, PLANTED).returncode == 0
+    run = _run(proj, [sys.executable, str(out)], PLANTED)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "could not run: the whole Jacobian would take 121 GiB" in run.stdout, run.stdout
