@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.errors import UsageError
-from harness.core.options import DTYPES, SAMPLE_DTYPES
 
 
 def _problem(md: dict[str, Any]) -> str:
     """The first problem a schema cannot see in the metadata a reproducer uses, as
     ``path: what`` (types, ranges and known fields are ``harness/schemas/report.json``'s)."""
+    from harness.core.options import DTYPES, SAMPLE_DTYPES  # torch: not for --help
     from harness.repro.script import spec_problem
     from harness.sources import SOURCES
 
