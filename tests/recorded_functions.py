@@ -119,3 +119,9 @@ class SmoothWrong(torch.autograd.Function):
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         return grad * torch.sigmoid(x)
+
+
+def mul_samples(seed):
+    """Samples for checking the Mul family as a user target (``afdb check FILE:Mul``)."""
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(3, 4, generator=g, dtype=torch.float64) for _ in range(2))]

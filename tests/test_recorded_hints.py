@@ -17,7 +17,7 @@ import torch
 
 from harness.cli.main import main
 from harness.core.schema import read_report
-from harness.recorded.repro_lines import failing_sub_check
+from harness.core.repro_scope import failing_sub_check
 from harness.recording import recording
 from tests import recorded_functions as rf
 
@@ -157,3 +157,30 @@ def test_a_smooth_wrong_backward_gets_no_surrogate_hint(tmp_path, capsys):
     assert main(["check", "--recorded", out, *FAST]) == 1
     text = capsys.readouterr().out
     assert f"  {T}SmoothWrong  FAIL: " in text and SURROGATE not in text
+
+
+def test_a_user_targets_reproduce_line_names_its_sub_check_and_reproduces(
+    tmp_path, capsys, monkeypatch
+):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    src = "tests/recorded_functions.py"
+    report = tmp_path / "u.json"
+    argv = ["check", f"{src}:MulWOnlyWithX", "--samples", f"{src}:mul_samples", *FAST]
+    assert main([*argv, "--json", str(report)]) == 1
+    case = next(c for c in read_report(str(report))["cases"] if c["status"] == "fail")
+    command = shlex.split(case["repro"])
+    assert command[command.index("--sub-check") + 1] == "input 1 alone, all outputs"
+    for cls, status in (("MulWOnlyWithX", 1), ("Mul", 0)):
+        script = tmp_path / f"{cls}.py"
+        twin = [a.replace(":MulWOnlyWithX", f":{cls}") for a in command[1:]]
+        twin = [a.replace("MulWOnlyWithX/", f"{cls}/") for a in twin]
+        assert main([*twin, "-o", str(script)]) == 0
+        run = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+        )
+        assert run.returncode == status, run.stdout + run.stderr

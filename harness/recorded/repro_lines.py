@@ -16,34 +16,12 @@ runner made (which carries every ``--declare`` of the session):
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.core.repro_scope import failing_sub_check
 from harness.core.results import BAD_STATUSES, RunResult
-
-_FAILING = re.compile(r"failing sub-checks: ((?:\[[^\]]*\]\s*)+)")
-_HOW = re.compile(r"\((torch\.func\.vjp|torch\.autograd\.grad)[,)]")
-
-
-def failing_sub_check(message: str, check: str) -> str:
-    """The first sub-check a case failed when others passed ('' when all failed, or the
-    message names none), with ``(torch.autograd.grad)`` when only that way failed it."""
-    m = _FAILING.search(message)
-    if not m:
-        return ""
-    names = re.findall(r"\[([^\]]*)\]", m.group(1))
-    if any(n in ("all inputs, all outputs", "all inputs") for n in names):
-        return ""  # the case's main call fails: no sub-check needed
-    name = names[0]
-    if check == "vjp":
-        hows = {
-            h.group(1) for h in re.finditer(re.escape(f"vjp: {name} ") + r"\(([^,)]*)", message)
-        }
-        if hows == {"torch.autograd.grad"}:
-            name += " (torch.autograd.grad)"
-    return name
 
 
 def _test_name(places: Sequence[str]) -> str:
@@ -94,7 +72,7 @@ def recorded_repro(
     if declaration:
         extra += ["--declare", declaration]
     sub = failing_sub_check(case.message, case.check)
-    if sub:
+    if sub and "--sub-check" not in argv:  # the runner names it for the checks it covers
         extra += ["--sub-check", sub]
     if rebuild is not None:
         extra += ["--rebuild", rebuild[0], "--rebuild-args", json.dumps(rebuild[1])]
