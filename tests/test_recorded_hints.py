@@ -16,8 +16,8 @@ import shlex
 import torch
 
 from harness.cli.main import main
-from harness.core.schema import read_report
 from harness.core.repro_scope import failing_sub_check
+from harness.core.schema import read_report
 from harness.recording import recording
 from tests import recorded_functions as rf
 
