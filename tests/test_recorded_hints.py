@@ -184,3 +184,17 @@ def test_a_user_targets_reproduce_line_names_its_sub_check_and_reproduces(
             [sys.executable, str(script)], capture_output=True, text=True, timeout=300
         )
         assert run.returncode == status, run.stdout + run.stderr
+
+
+def test_the_surrogate_hint_at_float32_calls(tmp_path, capsys):
+    def body():
+        rf.Spike.apply(_x(4, 6).float().requires_grad_()).sum().backward()
+        rf.SmoothWrong.apply(_x(4, 6, seed=1).float().requires_grad_()).sum().backward()
+
+    out = _record(tmp_path, body)
+    assert main(["check", "--recorded", out, *FAST]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    spike = next(ln for ln in lines if ln.startswith(f"  {T}Spike "))
+    smooth = next(ln for ln in lines if ln.startswith(f"  {T}SmoothWrong "))
+    assert SURROGATE in spike and "FAIL: " in spike
+    assert SURROGATE not in smooth and "FAIL: " in smooth

@@ -88,7 +88,14 @@ def gradient_presence(entry: Any, samples: Sequence[Any], wanted: int) -> tuple[
 
 def _flat_difference(entry: Any, args: Sequence[Any], diff: Sequence[int]) -> bool | None:
     """Whether central differences of the forward are exactly zero at ``args`` in two random
-    directions of the differentiable arguments (None: it cannot be told)."""
+    directions of the differentiable arguments, in float64 where the Function runs there
+    (else at its own dtype); None: it cannot be told."""
+    try:
+        with torch.no_grad():
+            entry.call(*[a.detach().double() if i in diff else a for i, a in enumerate(args)])
+        wide = True
+    except Exception:  # noqa: BLE001 - a Function that runs at its own dtype only
+        wide = False
     gen = torch.Generator().manual_seed(20240607)
     base = [a.detach().double() if i in diff else a for i, a in enumerate(args)]
     try:
@@ -101,7 +108,8 @@ def _flat_difference(entry: Any, args: Sequence[Any], diff: Sequence[int]) -> bo
                         x = base[i]
                         t = torch.randn(x.shape, generator=gen, dtype=torch.float64)
                         step = 1e-6 * max(1.0, float(x.abs().max()) if x.numel() else 1.0)
-                        call[i] = (x + sign * step * t).to(args[i].dtype)
+                        moved_x = x + sign * step * t
+                        call[i] = moved_x if wide else moved_x.to(args[i].dtype)
                     moved.append([o.double() for o in _all_outputs(entry.call(*call))])
                 if not moved[0] or any(not torch.equal(p, m) for p, m in zip(*moved)):
                     return False
