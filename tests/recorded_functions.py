@@ -60,3 +60,68 @@ class Legacy(torch.autograd.Function):
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         return 2 * grad * x
+
+
+class MulDropsW(Mul):
+    """Treats ``w`` as non-differentiable: its backward returns None for it."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad * w, None
+
+
+class MulWOnlyWithX(Mul):
+    """A gradient for ``w`` only when ``x`` needs one too (like pytorch_wavelets' SFB1D)."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:
+            return grad * w, grad * x
+        return None, None
+
+
+class Spike(torch.autograd.Function):
+    """Heaviside forward, sigmoid-derivative backward: a surrogate gradient."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return (x > 0).to(x.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(4 * x)
+        return grad * 4 * s * (1 - s)
+
+
+class SmoothWrong(torch.autograd.Function):
+    """A smooth forward (sin) with a wrong backward: no surrogate."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.sigmoid(x)
+
+
+def mul_samples(seed):
+    """Samples for checking the Mul family as a user target (``afdb check FILE:Mul``)."""
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(3, 4, generator=g, dtype=torch.float64) for _ in range(2))]

@@ -95,7 +95,9 @@ def _mul_calls(cls, w_grad: bool):
 
 
 def test_a_failing_gradient_no_recorded_call_needs_is_named(tmp_path, capsys):
-    out = _record(tmp_path, _mul_calls(rf.MulLosesW, w_grad=False))
+    # its backward returns None for w: nondiff-args=1 is offered (tests/test_recorded_hints.py
+    # shows a wrong or conditional gradient is not)
+    out = _record(tmp_path, _mul_calls(rf.MulDropsW, w_grad=False))
     report = tmp_path / "r.json"
     assert main(["check", "--recorded", out, *FAST, "--json", str(report)]) == 1
     text = capsys.readouterr().out
@@ -104,7 +106,7 @@ def test_a_failing_gradient_no_recorded_call_needs_is_named(tmp_path, capsys):
     failing = [c for c in cases if c.get("status") == "fail"]
     assert failing and all(
         c["message"].startswith("[no recorded call needs this gradient: argument 1 never had")
-        and "'tests.recorded_functions:MulLosesW nondiff-args=1'" in c["message"]
+        and "'tests.recorded_functions:MulDropsW nondiff-args=1'" in c["message"]
         for c in failing
     )
 

@@ -195,6 +195,9 @@ def add_parsers(sub: Any) -> None:
         help="the full self-checking script (rebuilds every input exactly; default: a minimal "
         "plain-torch script of about 30 lines)",
     )
+    from harness.cli.repro_settings import add_repro_options
+
+    add_repro_options(r)
     r.set_defaults(func=cmd_repro)
 
 
@@ -550,7 +553,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
         from harness.cli.check_recorded import RecordedTarget
         from harness.core.locations import portable_path
 
-        spec = RecordedTarget(portable_path(args.recorded), tuple(args.declare or ()))
+        spec = RecordedTarget(
+            portable_path(args.recorded), tuple(args.declare or ()), rebuild=args.rebuild_spec
+        )
     elif md.get("source") == "recorded":
         raise CliError(
             f"--report {args.report}: its cases are of recorded Functions; name the recording: "
@@ -627,7 +632,13 @@ def cmd_repro(args: argparse.Namespace) -> int:
         where = os.getcwd() if out == "-" else os.path.dirname(os.path.abspath(out))
         try:
             script = generate_minimal(
-                entry, options, case, target=spec, command=command, script_dir=where
+                entry,
+                options,
+                case,
+                target=spec,
+                command=command,
+                script_dir=where,
+                sub_check=args.sub_check or "",
             )
         except NotMinimal as e:
             note = f" (the minimal one does not cover {e})"

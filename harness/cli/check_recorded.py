@@ -11,6 +11,8 @@ names). After the usual summary, one line per Function and the summary sentence.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ class RecordedTarget:
     recorded: bool = True
     #: The command line's capability flags for every Function (``_default_declaration``).
     default: Any = field(default=None, compare=False, repr=False)
+    #: (factory, kwargs) that make a class defined inside a function (harness.recorded.rebuild).
+    rebuild: Any = None
 
     def worker_config(self) -> dict[str, Any]:
         """What a fresh worker interpreter needs to rebuild the entries (``rebuild``)."""
@@ -165,7 +169,13 @@ def check_recording(
     """
     from harness.cli.run import closing_lines, controller_threads, execute, run_status
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
-    from harness.recorded.verdicts import note_never_differentiated, summary_sentence, verdicts
+    from harness.recorded.repro_lines import one_declaration_repros
+    from harness.recorded.verdicts import (
+        note_never_differentiated,
+        summary_sentence,
+        surrogate_hints,
+        verdicts,
+    )
 
     directory = args.recorded or DEFAULT_DIR
     args.no_progress = not (sys.stdout.isatty() if progress is None else progress)
@@ -212,7 +222,8 @@ def check_recording(
     if entries:
 
         def annotate(res: RunResult) -> None:
-            note_never_differentiated(res, recorded)
+            note_never_differentiated(res, recorded, options)
+            one_declaration_repros(res, recorded, recording, classes)
 
         result = execute(
             entries,
@@ -224,6 +235,11 @@ def check_recording(
             before_reports=annotate,
         )
     found = verdicts(result, recorded)
+    hints = surrogate_hints(result, recorded, options)
+    found = [
+        dataclasses.replace(v, line=f"{v.line}; {hints[v.target]}") if v.target in hints else v
+        for v in found
+    ]
     width = max([len(v.target) for v in found] + [8])
     out = [f"  {visible(v.target, keep_newlines=False):<{width}}  {v.line}" for v in found]
     out.append(summary_sentence(recorded, found))
@@ -304,13 +320,33 @@ def rebuild(config: Mapping[str, Any], names: Sequence[str]) -> tuple[list[Any],
 
 def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Options]:
     """``afdb repro CASE_ID --recorded DIR``: the case's entry and the run's batch sizes."""
+    from harness.cli.repro_settings import rebuild_spec
     from harness.recording import load_recording
 
     recording = load_recording(args.recorded)
-    everything, _ = recorded_run(args, recording, None)
-    entries = [r.entry for r in everything if r.entry is not None]
     name = args.case_id.split("/", 1)[0]
+    args.rebuild_spec = rebuild_spec(args)
+    classes = None
+    if args.rebuild_spec is not None:
+        from harness.recorded.rebuild import rebuild
+
+        qualname = name.partition(":")[2]
+        spec, kwargs = args.rebuild_spec
+        classes = {name: rebuild(spec, kwargs, qualname)}
+    everything, _ = recorded_run(args, recording, classes)
+    entries = [r.entry for r in everything if r.entry is not None]
     by_name = {e.name: e for e in entries}
+    function = recording.function(name)
+    if name not in by_name and function is not None and not function.importable:
+        from harness.recorded.repro_lines import _test_name
+
+        test = _test_name([c.where for c in function.calls])
+        rerun = f"pytest --afdb {shlex.quote(test)}" if test else "pytest --afdb"
+        raise CliError(
+            f"{args.case_id}: {name} is made inside a function or only in the recording "
+            f"process, and no factory was named (--rebuild): rerun `{rerun}` and read the "
+            "case there"
+        )
     if name not in by_name:
         raise CliError(
             f"{args.case_id}: the recording {args.recorded} has no checkable Function {name!r}"

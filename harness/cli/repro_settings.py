@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.errors import UsageError
-from harness.core.options import DTYPES, SAMPLE_DTYPES
 
 
 def _problem(md: dict[str, Any]) -> str:
     """The first problem a schema cannot see in the metadata a reproducer uses, as
     ``path: what`` (types, ranges and known fields are ``harness/schemas/report.json``'s)."""
+    from harness.core.options import DTYPES, SAMPLE_DTYPES  # torch: not for --help
     from harness.repro.script import spec_problem
     from harness.sources import SOURCES
 
@@ -58,3 +58,45 @@ def report_settings(path: str) -> dict[str, Any]:
     if problem:
         raise UsageError(f"--report {path}: {problem}")
     return md
+
+
+def add_repro_options(r: Any) -> None:
+    """``afdb repro``'s options for a case of a recorded Function (its ``reproduce:`` line
+    writes them): the failing sub-check, and how to rebuild a class made by a factory."""
+    r.add_argument(
+        "--sub-check",
+        metavar="NAME",
+        help="the sub-check the case failed, as its message names it ('input 1 alone, all "
+        "outputs', 'non-contiguous inputs and cotangents'): the script makes that call",
+    )
+    r.add_argument(
+        "--rebuild",
+        metavar="MODULE:FACTORY",
+        help="with --recorded: the module-level function that makes the Function's class",
+    )
+    r.add_argument(
+        "--rebuild-args",
+        metavar="JSON",
+        default="{}",
+        help="with --rebuild: the factory's keyword arguments, as a JSON object",
+    )
+
+
+def rebuild_spec(args: Any) -> tuple[str, dict[str, Any]] | None:
+    """(factory, kwargs) from ``--rebuild``/``--rebuild-args``, or None; UsageError when wrong."""
+    import json
+
+    if not getattr(args, "rebuild", None):
+        return None
+    try:
+        kwargs = json.loads(args.rebuild_args or "{}")
+    except ValueError as e:
+        raise UsageError(f"--rebuild-args: not JSON ({e})") from None
+    if not isinstance(kwargs, dict):
+        raise UsageError(
+            "--rebuild-args: a JSON object of keyword arguments, e.g. '{\"alpha\": 2}'"
+        )
+    module, sep, name = str(args.rebuild).partition(":")
+    if not sep or not all(p.isidentifier() for p in (*module.split("."), *name.split("."))):
+        raise UsageError(f"--rebuild {args.rebuild!r}: write package.module:factory")
+    return str(args.rebuild), kwargs

@@ -9,6 +9,7 @@ self-checking script, hundreds of lines). A Function can still refuse the short 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 VMAP_FAMILY = ("vmap", "vmap_nested", "vmap_chunked", "vmap_hazard")
@@ -26,3 +27,29 @@ def has_minimal_script(check: str, plan: dict[str, Any] | None) -> bool:
         return False
     plan = plan or {}
     return not plan.get("dtype") and len(plan.get("levels") or []) <= 1
+
+
+#: The checks whose failing sub-check the minimal script can make (``--sub-check``).
+SUB_CHECKS = frozenset(("vjp", "jvp", "eager_vjp", "eager_jvp"))
+
+_FAILING = re.compile(r"failing sub-checks: ((?:\[[^\]]*\]\s*)+)")
+_HOW = re.compile(r"\((torch\.func\.vjp|torch\.autograd\.grad)[,)]")
+
+
+def failing_sub_check(message: str, check: str) -> str:
+    """The first sub-check a case failed when others passed ('' when all failed, or the
+    message names none), with ``(torch.autograd.grad)`` when only that way failed it."""
+    m = _FAILING.search(message)
+    if not m:
+        return ""
+    names = re.findall(r"\[([^\]]*)\]", m.group(1))
+    if any(n in ("all inputs, all outputs", "all inputs") for n in names):
+        return ""  # the case's main call fails: no sub-check needed
+    name = names[0]
+    if check == "vjp":
+        hows = {
+            h.group(1) for h in re.finditer(re.escape(f"vjp: {name} ") + r"\(([^,)]*)", message)
+        }
+        if hows == {"torch.autograd.grad"}:
+            name += " (torch.autograd.grad)"
+    return name

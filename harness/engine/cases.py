@@ -215,8 +215,13 @@ def enumerate_cases(data: EntryData) -> list[Case]:
     return cases
 
 
-def repro_command(case_id_: str, options: Options, target: object = None) -> str:
+def repro_command(
+    case_id_: str, options: Options, target: object = None, message: str = "", check: str = ""
+) -> str:
     """The ``afdb repro`` command that writes a standalone script for this case.
+
+    ``message`` and ``check``: a failing case's, so the command names the sub-check it
+    failed (``--sub-check 'input 1 alone, all outputs'``) where only some failed.
 
     ``target`` is a user target (an object with ``cli_args()``, e.g. a
     ``harness.targets.TargetSpec``, so TARGET, --samples and declared capabilities
@@ -228,6 +233,11 @@ def repro_command(case_id_: str, options: Options, target: object = None) -> str
         cmd += list(cli_args())
     elif target:
         cmd += ["--target", str(target)]
+    from harness.core.repro_scope import SUB_CHECKS, failing_sub_check
+
+    sub = failing_sub_check(message, check) if message and check in SUB_CHECKS else ""
+    if sub:
+        cmd += ["--sub-check", sub]
     cmd += ["--seed", str(options.seed)]
     cmd += ["--dtype", dtype_name(options.dtype)]
     defaults = Options()

@@ -280,7 +280,9 @@ def _run_case(
         result.message = f"{result.message}\n{output_note}" if result.message else output_note
     result.message = cap(result.message)
     if result.status not in (PASS, UNSUPPORTED):
-        result.repro = cap(repro_command(case.id, options, target))
+        result.repro = cap(
+            repro_command(case.id, options, target, message=result.message, check=case.check)
+        )
     return result, hung_in
 
 

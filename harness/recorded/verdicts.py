@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
 from harness.recorded.entries import (
@@ -49,11 +50,27 @@ def _inputs_named(case: CaseResult) -> set[int]:
     return {int(m) for m in _INPUT.findall(_PASSING.sub("", case.message))}
 
 
-def note_never_differentiated(result: RunResult, recorded: Sequence[RecordedEntry]) -> int:
+def note_never_differentiated(
+    result: RunResult, recorded: Sequence[RecordedEntry], options: Any = None
+) -> int:
     """Prefix each failing autodiff case that names an input no recorded call
     differentiated: that no recorded call needs this gradient (the case stays failing: the
-    gradient is still wrong, but the program may never ask for it). Returns how many."""
+    gradient is still wrong, but the program may never ask for it), and what the Function
+    itself does with that input (``harness.recorded.hints``): ``nondiff-args=N`` is offered
+    only where no recorded call, made with N requiring grad, got a gradient for it; a
+    gradient that comes in some calls and not others, or a wrong one, is named as a bug
+    that declaring it away would hide. Returns how many cases were noted."""
+    from harness.recorded.hints import ALWAYS, NONE, gradient_presence
+
     never = {r.target: set(r.never_differentiated) for r in recorded if r.never_differentiated}
+    entries = {r.target: r.entry for r in recorded if r.entry is not None}
+    presence: dict[tuple[str, int], tuple[str, str]] = {}
+
+    def found(target: str, i: int) -> tuple[str, str]:
+        if (target, i) not in presence:
+            presence[(target, i)] = _presence(entries.get(target), i, options, gradient_presence)
+        return presence[(target, i)]
+
     noted = 0
     for case in result.cases:
         if case.status not in BAD_STATUSES or case.check in _BATCHING or case.entry not in never:
@@ -63,13 +80,78 @@ def note_never_differentiated(result: RunResult, recorded: Sequence[RecordedEntr
             continue
         which = ", ".join(map(str, hit))
         word = "argument" if len(hit) == 1 else "arguments"
-        case.message = (
-            f"[{NEEDS_NO_GRADIENT}: {word} {which} never had requires_grad in the recorded "
-            f"calls; if it is not meant to be differentiated, declare "
-            f"'{case.entry} nondiff-args={','.join(map(str, hit))}'] {case.message}"
-        )
+        text = f"{NEEDS_NO_GRADIENT}: {word} {which} never had requires_grad in the recorded calls"
+        kinds = {i: found(case.entry, i) for i in hit}
+        offer = [i for i in hit if kinds[i][0] == NONE]
+        for i in hit:
+            kind, when = kinds[i]
+            if kind == ALWAYS:
+                text += (
+                    f"; but the Function returns a gradient for argument {i} when asked, and "
+                    f"this case finds it wrong: declaring nondiff-args={i} would hide the bug"
+                )
+            elif kind and kind != NONE:
+                text += (
+                    f"; but the Function returns a gradient for argument {i} {when}: a bug in "
+                    f"its backward that declaring nondiff-args={i} would hide"
+                )
+        if offer:
+            text += (
+                f"; the Function returns no gradient for argument"
+                f"{'s' if len(offer) > 1 else ''} {', '.join(map(str, offer))} in any recorded "
+                f"call: if it is not meant to be differentiated, declare "
+                f"'{case.entry} nondiff-args={','.join(map(str, offer))}'"
+            )
+        case.message = f"[{text}] {case.message}"
         noted += 1
     return noted
+
+
+def _presence(entry: Any, i: int, options: Any, probe: Any) -> tuple[str, str]:
+    """What the Function does with argument ``i`` on its recorded calls ('' if unknown)."""
+    if entry is None:
+        return "", ""
+    try:
+        return probe(entry, _unbatched(entry, options), i)  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - a probe that cannot run advises nothing
+        return "", ""
+
+
+def _unbatched(entry: Any, options: Any) -> tuple[Any, ...]:
+    """The recorded calls as the check built its unbatched samples."""
+    from harness.core.options import Options
+    from harness.engine.cases import EntryData
+
+    return EntryData(entry, options if options is not None else Options(dtype=None)).base_samples()
+
+
+#: Checks whose failure a surrogate gradient explains (a derivative against finite differences).
+_DERIVATIVE = frozenset({"vjp", "jvp", "jacrev", "jacfwd", "eager_vjp", "eager_jvp"})
+
+
+def surrogate_hints(
+    result: RunResult | None, recorded: Sequence[RecordedEntry], options: Any = None
+) -> dict[str, str]:
+    """For each Function not declared custom that fails a first-order derivative check and
+    whose forward is locally constant at every recorded call while its backward is not:
+    the advice for its verdict line (``harness.recorded.hints``); it stays a failure."""
+    from harness.recorded.hints import looks_like_surrogate, surrogate_hint
+
+    failing = {
+        c.entry
+        for c in (result.cases if result is not None else ())
+        if c.status in BAD_STATUSES and c.check in _DERIVATIVE
+    }
+    out = {}
+    for r in recorded:
+        if r.entry is None or r.target not in failing or r.entry.gradient == "custom":
+            continue
+        try:
+            if looks_like_surrogate(r.entry, _unbatched(r.entry, options)):
+                out[r.target] = surrogate_hint(r.target)
+        except Exception:  # noqa: BLE001
+            continue
+    return out
 
 
 def _fail_text(cases: Sequence[CaseResult]) -> str:

@@ -34,6 +34,7 @@ from harness.engine.cases import Case, EntryData
 from harness.plans.plan import MID, resolve_out_dim
 from harness.plans.slices import derive_seed, sample_seed
 from harness.repro.script import _literal
+from harness.repro.subcheck import SubCheck
 
 #: With ``gradient="custom"`` the suite accepts some results against either of two
 #: references; the short form covers the checks with one reference.
@@ -82,7 +83,8 @@ class _Source:
             self.what = f"sample {k} of {entry.name}"
             return
         if getattr(target, "recorded", False):
-            raise NotMinimal("a recorded Function (its samples are read from the recording)")
+            self._recorded(entry, options, k, dtype, target, where)
+            return
         if not getattr(entry.samples, "user_seeded", False):
             raise NotMinimal("samples without a seed parameter (the suite varies their values)")
         if str(options.device) != "cpu":
@@ -112,6 +114,45 @@ class _Source:
             item = f"tuple({item})" if many else f"({item},)"
         self.draw = item
         self.what = f"sample {k} of {samples}"
+
+    def _recorded(
+        self, entry: Entry, options: Options, k: int, dtype: str, target: Any, where: str
+    ) -> None:
+        """A recorded Function: its class imported (or rebuilt by its factory), its call
+        read from the recording by the suite's own sample building, as the check read it."""
+        if str(options.device) != "cpu":
+            raise NotMinimal(f"device {options.device}")
+        here = os.path.abspath(where)
+        rel = lambda p: os.path.relpath(os.path.abspath(p), here).replace(os.sep, "/")  # noqa: E731
+        self.paths.append(rel(os.getcwd()))  # the project, as `afdb check --recorded` ran in it
+        module, _, qual = entry.name.partition(":")
+        rebuild = getattr(target, "rebuild", None)
+        decls = tuple(getattr(target, "declarations", ()))
+        here_expr = "os.path.dirname(os.path.abspath(__file__))"
+        self.setup = [
+            f"RECORDING = os.path.join({here_expr}, {_literal(rel(target.directory))})",
+        ]
+        if rebuild is not None:
+            spec, kwargs = rebuild
+            self.imports["harness.recorded.rebuild"] = ["rebuild"]
+            self.setup += [
+                f"{qual.rpartition('.')[2]} = rebuild({_literal(spec)}, {_literal(kwargs)}, "
+                f"{_literal(qual)})  # made by its factory, as the program made it",
+            ]
+            holder, cls_arg = qual.rpartition(".")[2], qual.rpartition(".")[2]
+        else:
+            if not (_identifier_path(module) and _identifier_path(qual)):
+                raise NotMinimal(f"the name {entry.name!r}")
+            self.imports.setdefault(module, []).append(qual.split(".")[0])
+            holder, cls_arg = qual, "None"
+        self.imports.setdefault("harness.recorded.repro_call", []).append("recorded_entry")
+        self.setup += [
+            f"ENTRY = recorded_entry(RECORDING, {_literal(entry.name)}, {_literal(decls)}, "
+            f"{cls_arg})  # the recorded calls, read as the check read them",
+        ]
+        self.call = f"{holder}.apply"
+        self.draw = f"ENTRY.make_samples({{seed}}, {dtype}, 'cpu')[{k}].args"
+        self.what = f"recorded call {k} of {entry.name}"
 
     def _name(self, spec: str, where: str) -> str:
         """Import what ``spec`` names; returns the expression the script refers to it by."""
@@ -253,8 +294,12 @@ def generate_minimal(
     target: Any = None,
     command: str = "",
     script_dir: str | None = None,
+    sub_check: str = "",
 ) -> str:
     """The text of a short plain-torch script reproducing ``case`` (or ``NotMinimal``).
+
+    ``sub_check``: the sub-check the case failed (its message's ``failing sub-checks:``),
+    made instead of the case's main call.
 
     ``script_dir``: where the script is written (the files it imports are found relative
     to it); default the working directory.
@@ -269,6 +314,11 @@ def generate_minimal(
     if getattr(case.plan, "dtype", None):
         raise NotMinimal("a dtype leg (the Function at one dtype, the reference at float64)")
     facts = _Facts(entry, options, case)
+    sub = SubCheck(sub_check) if sub_check else None
+    if sub is not None:
+        if check not in ("vjp", "jvp", "eager_vjp", "eager_jvp"):
+            raise NotMinimal(f"the sub-checks of {check}")
+        sub.restrict(facts)
     src = _Source(entry, options, case, target, script_dir or os.getcwd())
     full = f"{command or 'afdb repro ' + case.id} --full"
     doc = (
@@ -292,7 +342,7 @@ def generate_minimal(
 
             body, transform = composite_body(entry, options, case, facts, src, diff)
         else:
-            body, transform = _autodiff(entry, options, case, facts, src, diff)
+            body, transform = _autodiff(entry, options, case, facts, src, diff, sub)
     if any(line.startswith("NAMES = ") for line in body):  # compared item by item, named
         tail = [
             "for name, a, e, atol in zip(NAMES, actual, expected, ATOLS):",
@@ -335,9 +385,10 @@ def _raising_reproduces(body: list[str], transform: str) -> list[str]:
         *body[:at],
         "try:",
         f"    {body[at]}",
-        "except Exception:  # the transform raised: the failure the suite saw, reproduced",
+        "except Exception as exc:  # the transform raised: the failure the suite saw, reproduced",
         "    traceback.print_exc()",
-        f'    sys.exit("REPRODUCED: {transform} raised")',
+        "    sys.exit(2 if isinstance(exc, MemoryError) or 'tried to allocate' in str(exc) else "
+        f'"REPRODUCED: {transform} raised")  # out of memory: the script\'s own failure',
         *body[at + 1 :],
     ]
 
@@ -439,7 +490,13 @@ def _draw(seed: int, what: str, likes: str) -> list[str]:
 
 
 def _autodiff(
-    entry: Entry, options: Options, case: Case, facts: _Facts, src: _Source, diff: _Diff
+    entry: Entry,
+    options: Options,
+    case: Case,
+    facts: _Facts,
+    src: _Source,
+    diff: _Diff,
+    sub: SubCheck | None = None,
 ) -> tuple[list[str], str]:
     check = case.check
     seed = sample_seed(options.seed, entry.name, "slice", ())
@@ -457,6 +514,19 @@ def _autodiff(
             *diff.defs("args"),
             "xs, x64 = [args[i] for i in DIFF], [a64[i] for i in DIFF]",
         ]
+    if sub is not None:
+        lines.append(f"# the sub-check the case failed: {sub.text}")
+    strided = sub is not None and sub.strided
+    if strided:  # the suite's non-contiguous layout: the same values at stride 2
+        lines += [
+            "strided = lambda v: torch.stack([v, torch.zeros_like(v)], -1).select(-1, 0)  # noqa: E731",
+            "xs = [strided(x) for x in xs]",
+        ]
+
+    def draw(seed: int, what: str, likes: str) -> list[str]:
+        out = _draw(seed, what, likes)
+        return out + [f"{what[0]}s = [strided(v) for v in {what[0]}s]"] if strided else out
+
     seeds = {name: derive_seed(options.seed, case.id, name) for name in ("tangents", "cotangents")}
     fx = diff.of("args")
     h = _h(entry, x64, _randn_like(seeds["tangents"], xs), outs64)
@@ -464,7 +534,7 @@ def _autodiff(
         return [
             *lines,
             *_fd(h, diff),
-            *_draw(seeds["tangents"], "tangents", "xs"),
+            *draw(seeds["tangents"], "tangents", "xs"),
             f"actual = torch.func.jvp({fx}, tuple(xs), tuple(ts))[1]",
             "expected = fd(ts)",
         ], "torch.func.jvp"
@@ -473,11 +543,11 @@ def _autodiff(
             *lines,
             *_fd(h, diff),
             *EAGER_JVP,
-            *_draw(seeds["tangents"], "tangents", "xs"),
+            *draw(seeds["tangents"], "tangents", "xs"),
             f"actual = eager_jvp({fx}, xs, ts)[{len(facts.outs)}:]  # the tangents of the outputs",
             "expected = fd(ts)",
         ], "eager forward-mode AD (the Function's jvp)"
-    cotangents = _draw(seeds["cotangents"], "cotangents", f"{fx}(*xs)")
+    cotangents = draw(seeds["cotangents"], "cotangents", f"{fx}(*xs)")
     names = f"NAMES = [f'grad of input {{i}}' for i in {facts.diff!r}]  # as the suite names them"
     if check == "vjp" and entry.gradient == "custom":
         return [
@@ -491,7 +561,8 @@ def _autodiff(
             "ATOLS = [ATOL] * len(xs)",
         ], "torch.func.vjp"
     if check in ("vjp", "eager_vjp"):  # <vjp(cs)_i, t_i> against <cs, J_i t_i>, input by input
-        eager = check == "eager_vjp"  # a Function torch.func cannot differentiate: autograd.grad
+        # a Function torch.func cannot differentiate, or a sub-check only autograd.grad failed
+        eager = check == "eager_vjp" or (sub is not None and sub.eager)
         grads = (
             f"grads = torch.autograd.grad({fx}(*leaves), leaves, cs, allow_unused=True, "
             "materialize_grads=True)"
@@ -502,7 +573,7 @@ def _autodiff(
         return [
             *lines,
             *_fd(h, diff),
-            *_draw(seeds["tangents"], "tangents", "xs"),
+            *draw(seeds["tangents"], "tangents", "xs"),
             *cotangents,
             *leaves,
             grads,
@@ -519,7 +590,7 @@ def _autodiff(
     return [
         *lines,
         *_fd(h, diff),
-        *_draw(seeds["tangents"], "tangents", "xs"),
+        *draw(seeds["tangents"], "tangents", "xs"),
         f"jac = {jac}({fx}, argnums=tuple(range(len(xs))))(*xs)  # [output][input]",
         "actual = [sum(j.reshape(o.numel(), -1) @ t.reshape(-1) for j, t in zip(row, ts))"
         f".reshape(o.shape) for row, o in zip(jac, {fx}(*xs))]  # J t",

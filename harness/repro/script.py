@@ -294,6 +294,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 
 import torch
 import torch.utils._pytree

@@ -292,10 +292,26 @@ def restricted(args, idx):
     return f
 
 
+#: The most memory a whole reference Jacobian may take here (the suite's own budget).
+JACOBIAN_BUDGET = 1 << 30
+
+
+def require_budget(outs, xs):
+    """Exit 2 (the script cannot run, nothing reproduced) before building a Jacobian larger
+    than the suite would: the case compared random directions instead."""
+    need = sum(o.numel() for o in outs) * sum(x.numel() for x in xs) * 8
+    if need > JACOBIAN_BUDGET:
+        print(f"could not run: the whole Jacobian would take {need / 2**30:.3g} GiB; the case "
+              "compared random directions instead: use the minimal script (afdb repro without "
+              "--full) for the first-order checks")
+        sys.exit(2)
+
+
 def fd_jacobian(f, xs, eps=1e-6):
     """Central finite differences in float64: J[out][in] of shape (out.numel(), in.numel())."""
     xs = [x.detach().double() for x in xs]
     outs = [o.detach().double() for o in f(*xs)]
+    require_budget(outs, xs)
     jac = [[torch.zeros(o.numel(), x.numel(), dtype=torch.float64) for x in xs] for o in outs]
     for j, x in enumerate(xs):
         flat = x.flatten()
@@ -392,6 +408,7 @@ def check_second_order(f, xs):
 def backward_jacobian(f, xs):
     """J[out][in] from the Function's eager backward, row by row (gradient="custom")."""
     outs = [o.detach() for o in f(*xs)]
+    require_budget(outs, xs)
     jac = [[torch.zeros(o.numel(), x.numel(), dtype=torch.float64) for x in xs] for o in outs]
     for i, o in enumerate(outs):
         for e in range(o.numel()):
@@ -587,7 +604,18 @@ def main():
 FOOTER = """
 
 if __name__ == "__main__":
-    found = main()
+    try:
+        found = main()
+    except MemoryError:  # the script's own failure, never a reproduction
+        traceback.print_exc()
+        print("could not run: out of memory")
+        sys.exit(2)
+    except RuntimeError as e:
+        if "tried to allocate" not in str(e):
+            raise
+        traceback.print_exc()
+        print("could not run: out of memory")
+        sys.exit(2)
     if found:
         print("REPRODUCED: the case fails:")
         for p in found:
