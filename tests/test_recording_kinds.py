@@ -91,7 +91,9 @@ def _same(a, b) -> bool:
             return False
         raw_a = torch.view_as_real(a.resolve_conj()) if a.is_complex() else a
         raw_b = torch.view_as_real(b) if b.is_complex() else b
-        return torch.equal(raw_a.contiguous().view(torch.uint8), raw_b.contiguous().view(torch.uint8))
+        return torch.equal(
+            raw_a.contiguous().view(torch.uint8), raw_b.contiguous().view(torch.uint8)
+        )
     if isinstance(a, np.ndarray):
         return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
     if isinstance(a, np.generic):

@@ -11,6 +11,7 @@ The packages a recording may name are those of the Functions it holds, plus ``to
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -88,6 +89,8 @@ def resolve(ref: str, allowed: frozenset[str]) -> Any:
             f"type {ref!r}: module {module!r} is outside the recorded packages ({shown}); a "
             "recording names types only from the packages whose Functions it holds"
         )
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as the recorded Functions are imported (targets.py)
     try:
         mod = importlib.import_module(module)
     except Exception as e:
