@@ -35,7 +35,7 @@ from harness.core.locations import location
 from harness.recording import store
 from harness.recording.refs import packages_of
 from harness.recording.selection import Selector, combination
-from harness.recording.values import NotRecordable, snapshot, stored
+from harness.recording.values import NotRecordable, fast_key, snapshot, stored
 
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
@@ -43,6 +43,8 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _METHODS = ("forward", "backward", "vjp", "jvp", "vmap", "setup_context")
 #: Distinct skip reasons kept per Function; more are counted under one reason.
 MAX_REASONS = 20
+#: Distinct calls per Function whose repeats are recognised without a snapshot.
+_MAX_FAST = 10_000
 
 _active_lock = threading.Lock()
 _UNSEEN: Any = object()  # a class not looked at yet
@@ -68,6 +70,9 @@ class _Seen:
     selector: Selector = field(default_factory=lambda: Selector(8))
     sizes: list[int] = field(default_factory=list)
     allowed: frozenset[str] = frozenset({"torch"})
+    #: Combination of each distinct call already seen, by ``values.fast_key`` (a repeat
+    #: then costs no snapshot).
+    fast: dict[Any, str] = field(default_factory=dict)
 
     def skip(self, reason: str, where: str, order: list[int]) -> None:
         if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
@@ -356,13 +361,22 @@ class Recorder:
         if nested is not None:
             seen.nested_in.add(nested)
             return
+        fast = fast_key(args, kwargs)
+        known = seen.fast.get(fast) if fast is not None else None
+        if known is not None:  # a repeat of a distinct call already seen
+            seen.selector.seen(known, where)
+            return
         try:
             snap = snapshot(args, kwargs, seen.allowed)
         except NotRecordable as e:
             seen.skip(str(e), where, order)
             return
         combo = combination(snap.args, snap.kwargs)
-        if seen.selector.seen(combo, where) is None or snap.key in seen.keys:
+        if seen.selector.seen(combo, where) is None:
+            return
+        if snap.key in seen.keys:
+            if fast is not None and len(seen.fast) < _MAX_FAST:
+                seen.fast[fast] = combo
             return
         for t in snap.tensors:
             size = t.numel() * t.element_size()
@@ -376,11 +390,14 @@ class Recorder:
                 return
         keep, replaced, priority = seen.selector.offer(combo)
         seen.keys.add(snap.key)
+        if fast is not None and len(seen.fast) < _MAX_FAST:
+            seen.fast[fast] = combo
         if not keep:
             return
         freed = seen.sizes[seen.selector.worst()] if replaced is not None else 0
         if self._stored - freed + snap.nbytes > self.total_limit:
             seen.keys.discard(snap.key)
+            seen.fast.pop(fast, None)
             seen.skip(
                 f"its tensors ({_mib(snap.nbytes)}) would take the recording over its total "
                 f"limit of {_mib(self.total_limit)} (--total-limit)",

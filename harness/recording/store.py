@@ -327,9 +327,7 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
             at = f"{label}: functions[{i}].calls[{j}]"
             try:
                 args = tuple(values.restore(a, tensors, allowed) for a in call["args"])
-                kwargs = {
-                    k: values.restore(v, tensors, allowed) for k, v in call["kwargs"].items()
-                }
+                kwargs = {k: values.restore(v, tensors, allowed) for k, v in call["kwargs"].items()}
             except values.BadNode as e:
                 raise RecordingError(f"{at}: {e}") from None
             calls.append(RecordedCall(args, kwargs, call["where"]))
@@ -406,9 +404,7 @@ def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]
         calls = [(candidates[i][1], candidates[i][2]) for i in kept]
         # the parts' own combinations not kept, where no kept call has them
         named = {n["combination"] for n in not_kept}
-        have = {
-            selection.describe(selection.combination(c["args"], c["kwargs"])) for c, _ in calls
-        }
+        have = {selection.describe(selection.combination(c["args"], c["kwargs"])) for c, _ in calls}
         for fn, _ in found:
             for n in fn.get("not_kept", ()):
                 if n["combination"] not in named | have:

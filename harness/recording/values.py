@@ -208,6 +208,40 @@ def snapshot(
     return Snapshot(nodes, knodes, tensors, nbytes, key)
 
 
+def _fast(value: Any, depth: int) -> Any:
+    t = type(value)
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        if value.layout != torch.strided or value.is_quantized:
+            raise _NoFastKey
+        return (value.dtype, tuple(value.shape), value.stride(), value.requires_grad, value.device)
+    if t is float:
+        return (t, value.hex())
+    if t in _PLAIN or t is str:
+        return (t, value)
+    if (t is tuple or t is list) and depth < MAX_DEPTH:
+        return (t, *(_fast(v, depth + 1) for v in value))
+    if t is dict and depth < MAX_DEPTH:
+        return (t, *((k, _fast(v, depth + 1)) for k, v in value.items()))
+    raise _NoFastKey
+
+
+class _NoFastKey(Exception):
+    pass
+
+
+def fast_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A hashable key of a call's arguments, cheap to make, equal only where the calls'
+    ``snapshot`` keys are equal (finer where it must be); None where a value is of another
+    kind (then only ``snapshot`` says)."""
+    try:
+        return (
+            tuple(_fast(a, 0) for a in args),
+            tuple((k, _fast(v, 0)) for k, v in kwargs.items()),
+        )
+    except _NoFastKey:
+        return None
+
+
 def stored(t: torch.Tensor, node: dict[str, Any]) -> torch.Tensor:
     """The detached copy of ``t`` that goes into the tensor file (expanded dims once)."""
     base = t.detach()
