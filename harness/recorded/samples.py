@@ -161,10 +161,10 @@ class RecordedSamples:
                 return _noise(v, gen)
             return _shuffled(v, gen) if v.numel() > 1 else v
 
-        args = tuple(
-            map_leaves(a, lambda keys, v, i=i: one(i, keys, v)) for i, a in enumerate(call.args)
-        )
-        return Sample(args, call.name)
+        def per_arg(i: int, a: Any) -> Any:
+            return map_leaves(a, lambda keys, v: one(i, keys, v))
+
+        return Sample(tuple(per_arg(i, a) for i, a in enumerate(call.args)), call.name)
 
     def __call__(self, seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
         ordinal = self._ordinal_of(seed)

@@ -404,10 +404,12 @@ def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]
         calls = [(candidates[i][1], candidates[i][2]) for i in kept]
         # the parts' own combinations not kept, where no kept call has them
         named = {n["combination"] for n in not_kept}
-        have = {selection.describe(selection.combination(c["args"], c["kwargs"])) for c, _ in calls}
+        kept_combos = {
+            selection.describe(selection.combination(c["args"], c["kwargs"])) for c, _ in calls
+        }
         for fn, _ in found:
             for n in fn.get("not_kept", ()):
-                if n["combination"] not in named | have:
+                if n["combination"] not in named | kept_combos:
                     not_kept.append(dict(n))
                     named.add(n["combination"])
         doc, tensors = function_doc(
