@@ -117,8 +117,21 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
             word, text = "conforms", f"conforms ({counts['pass'] + counts['xfail']} cases)"
         if r.legacy:
             text = f"legacy: eager checks only, see {LEGACY_DOC}; {text}"
+        text += _fixed_note(r)
         out.append(Verdict(r.target, "legacy" if r.legacy and not bad else word, text, bad))
     return out
+
+
+def _fixed_note(r: RecordedEntry) -> str:
+    """The arguments that stay as recorded in every batch slice (harness.recorded.samples)."""
+    fixed = getattr(getattr(r.entry, "samples", None), "fixed_args", None)
+    args = fixed() if callable(fixed) else []
+    if not args:
+        return ""
+    which = ", ".join(map(str, args))
+    word = "argument" if len(args) == 1 else "arguments"
+    it = "it" if len(args) == 1 else "them"
+    return f"; {word} {which} as recorded in every batch slice (no call differentiated {it})"
 
 
 def summary_sentence(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]) -> str:
