@@ -17,6 +17,7 @@ enum members, namedtuples, frozen dataclasses, sparse and quantized tensors) are
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -220,6 +221,12 @@ def _fast(value: Any, depth: int) -> Any:
         return (t, value)
     if (t is tuple or t is list) and depth < MAX_DEPTH:
         return (t, *(_fast(v, depth + 1) for v in value))
+    if value is Ellipsis:
+        return (t,)
+    if isinstance(value, enum.Enum):  # a member, by its class and name
+        return (t, value._name_)
+    if t.__module__ == "numpy" and hasattr(value, "dtype") and not hasattr(value, "__len__"):
+        return (t, value.tobytes())  # a numpy scalar, by its bytes
     if t is dict and depth < MAX_DEPTH:
         return (t, *((k, _fast(v, depth + 1)) for k, v in value.items()))
     raise _NoFastKey
