@@ -199,3 +199,34 @@ def test_a_hostile_recording_is_refused_in_one_line(tmp_path, capsys, edit, says
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err, err
     assert main(["check", "--recorded", str(out), "--checks", "vmap", "-n", "0"]) == 2
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "complex128",
+        "numpy-bool",
+        "numpy-array",
+        "index-tuple",
+        "enum",
+        "namedtuple",
+        "frozen-dataclass",
+    ],
+)
+def test_a_call_with_a_recorded_kind_is_checked(tmp_path, capsys, kind):
+    _record(tmp_path / "rec", KINDS[kind])
+    assert (
+        main(["check", "--recorded", str(tmp_path / "rec"), "--checks", "vmap,vjp", "-n", "0"]) == 0
+    )
+    assert "tests.data_kinds_functions:Probe  conforms (" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["sparse-coo", "quantized-per-tensor"])
+def test_sparse_and_quantized_arguments_are_named_not_checked(tmp_path, capsys, kind):
+    _record(tmp_path / "rec", KINDS[kind])
+    assert (
+        main(["check", "--recorded", str(tmp_path / "rec"), "--checks", "vmap,vjp", "-n", "0"]) == 5
+    )
+    out = capsys.readouterr().out
+    assert "Probe  not checked: argument 1 is a " in out and "internal" not in out
+    assert "1 not checkable (sparse or quantized arguments)" in out

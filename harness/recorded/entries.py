@@ -30,6 +30,8 @@ NEVER_CALLED = "never called"
 NOT_RECORDABLE = "not recordable"
 NOT_IMPORTABLE = "not importable"
 NESTED_ONLY = "nested only"
+#: Recorded as data, but an argument is of a kind the checks do not take (sparse, quantized).
+NOT_CHECKABLE = "not checkable"
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,21 @@ def _detached(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(
         map_leaves(a, lambda _k, v: v.detach() if isinstance(v, torch.Tensor) else v) for a in args
     )
+
+
+def _unsupported_argument(calls: Sequence[tuple[Any, ...]]) -> str:
+    """Why the recorded calls cannot be checked although they were recorded ("" if they
+    can): the checks batch, clone and compare strided dense tensors only."""
+    for args in calls:
+        for i, a in enumerate(args):
+            for _, v in leaves(a):
+                if isinstance(v, torch.Tensor) and (v.layout != torch.strided or v.is_quantized):
+                    kind = "quantized" if v.is_quantized else str(v.layout).removeprefix("torch.")
+                    return (
+                        f"argument {i} is a {kind} tensor: recorded exactly, but the checks take "
+                        "strided dense tensors only"
+                    )
+    return ""
 
 
 def _calls_as_made(
@@ -226,6 +243,9 @@ def recorded_entry(
         samples.append(Sample(_detached(args), f"call{i}"))
     if not samples:
         return RecordedEntry(function.target, NOT_RECORDABLE, note="; ".join(problems), **common)
+    unsupported = _unsupported_argument(positional)
+    if unsupported:
+        return RecordedEntry(function.target, NOT_CHECKABLE, note=unsupported, **common)
     gradient = decl.gradient if decl else "derivative"
     caps = dict(decl.capabilities) if decl else {}
     source = _calls_as_made(function.target, samples, positional, caps.pop("perturb_args", ()))

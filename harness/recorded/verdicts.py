@@ -18,6 +18,7 @@ from harness.recorded.entries import (
     CHECKED,
     NESTED_ONLY,
     NEVER_CALLED,
+    NOT_CHECKABLE,
     NOT_IMPORTABLE,
     NOT_RECORDABLE,
     RecordedEntry,
@@ -100,6 +101,7 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
                 NOT_RECORDABLE: f"not recordable: {r.note}",
                 NOT_IMPORTABLE: f"not checked: {r.note}",
                 NESTED_ONLY: f"not checked: {r.note}",
+                NOT_CHECKABLE: f"not checked: {r.note}",
             }[r.state]
             out.append(Verdict(r.target, r.state, text, False))
             continue
@@ -165,6 +167,7 @@ def summary_sentence(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]
         (NOT_RECORDABLE, "not recordable"),
         (NOT_IMPORTABLE, "not importable here"),
         (NESTED_ONLY, "only called inside another Function"),
+        (NOT_CHECKABLE, "not checkable (sparse or quantized arguments)"),
     ):
         if counts[state]:
             parts.append(f"{counts[state]} {words}")
