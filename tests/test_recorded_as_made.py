@@ -104,3 +104,21 @@ def test_other_recorded_calls_that_stack_come_first(tmp_path):
     assert torch.equal(torch.view_as_real(base[0]), torch.view_as_real(first.detach()))
     assert torch.equal(torch.view_as_real(others[0][0]), torch.view_as_real(second))
     assert not torch.equal(others[1][0], first.detach())  # past the other calls: noise
+
+
+def test_a_reproducer_of_a_recorded_case_still_reproduces(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    out = str(tmp_path / "rec")
+    with recording(out):
+        _filter_program(dk.SymFilterWrong)
+    script = tmp_path / "repro.py"
+    case = "tests.data_kinds_functions:SymFilterWrong/vjp/s0"
+    assert main(["repro", case, "--recorded", out, "-o", str(script)]) == 0
+    capsys.readouterr()
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "REPRODUCED" in proc.stdout
