@@ -162,9 +162,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--afdb-max-calls",
         type=int,
-        default=3,
+        default=8,
         metavar="K",
-        help="with --afdb-record: distinct calls kept per Function (default 3)",
+        help="with --afdb-record: calls kept per Function, covering the most argument "
+        "combinations (default 8)",
     )
     group.addoption(
         "--afdb-tensor-limit",

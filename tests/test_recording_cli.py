@@ -180,7 +180,7 @@ def test_pytest_records_node_ids_and_xdist_merges_to_the_serial_recording(projec
         project, "record", "-o", "serial", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"
     )
     assert serial.returncode == 1, serial.stdout + serial.stderr  # pytest's own status
-    assert "afdb: recorded 1 Function (3 calls) to serial; 1 call not recorded" in serial.stdout
+    assert "afdb: recorded 1 Function (8 calls) to serial; 1 call not recorded" in serial.stdout
     parallel = _run(
         project,
         "record",
@@ -209,9 +209,9 @@ def test_pytest_records_node_ids_and_xdist_merges_to_the_serial_recording(projec
     assert doc["program"] == "-m pytest -q -p no:cacheprovider tests"
     scale = doc["functions"][0]
     assert scale["call_count"] == 15
+    # the default 8 calls: the first of each combination (k=2.0 and k=1.0), then more sizes
     assert [c["where"] for c in scale["calls"]] == [
-        "tests/test_lib.py::test_sizes[2]",
-        "tests/test_lib.py::test_sizes[3]",
-        "tests/test_lib.py::test_sizes[4]",
+        *(f"tests/test_lib.py::test_sizes[{n}]" for n in range(2, 9)),
+        "tests/test_lib.py::test_values[1.0]",
     ]
     assert scale["skipped"][0]["where"] == "tests/test_lib.py::test_object"

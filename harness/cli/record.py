@@ -73,9 +73,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--max-calls",
         type=_positive,
-        default=3,
+        default=8,
         metavar="K",
-        help="distinct calls kept per Function (default 3)",
+        help="calls kept per Function, covering the most argument combinations (default 8)",
     )
     p.add_argument(
         "--tensor-limit",

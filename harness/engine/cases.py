@@ -69,6 +69,10 @@ class EntryData:
         self._nonfinite: dict[int, str] = {}
         self._slices: dict[int, SliceSource] = {}
         self._base_seed: int | None = None
+        # recorded samples: the base slice is the call as made (harness.recorded.samples)
+        tell = getattr(entry.samples, "slice_seeds", None)
+        if callable(tell):
+            tell(self.seed_parts)
 
     def _draw_uncached(self, seed: int) -> tuple[Sample, ...]:
         return tuple(self.entry.make_samples(seed, self.options.dtype, self.options.device))

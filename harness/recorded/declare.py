@@ -1,7 +1,9 @@
 """Declarations: what a recorded Function's class cannot say, one line per Function.
 
 ``mylib.ops:RoundSTE gradient=custom nondiff-args=1`` names a Function by its recorded
-target and sets the keywords ``afdb check`` takes as flags for one Function. The same lines
+target and sets the keywords ``afdb check`` takes as flags for one Function;
+``perturb-args=1`` (recorded Functions only) lets the batch slices vary argument 1 although
+no recorded call differentiated it (``harness.recorded.samples``). The same lines
 come from ``afdb check --recorded --declare LINE`` (repeatable) and from the
 ``afdb_declare`` ini option of ``pytest --afdb``. A wrong line is one ``UsageError``.
 """
@@ -23,12 +25,14 @@ KEYS = (
     "no-double-backward",
     "randomness",
     "dtypes",
+    "perturb-args",
 )
 _FLAGS = {"no-double-backward": ("double_backward", False), "randomness": ("randomness", True)}
 _POSITIONS = {
     "nondiff-args": "nondiff_args",
     "nondiff-outputs": "nondiff_outputs",
     "inplace-args": "inplace_args",
+    "perturb-args": "perturb_args",
 }
 
 

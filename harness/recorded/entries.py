@@ -1,9 +1,10 @@
 """A recording's Functions as entries, or the reason one cannot be checked.
 
 Each recorded Function with at least one recorded call becomes an ``Entry`` named by its
-target (``mylib.ops:SoftSort``) whose samples are its recorded calls, as a fixed list:
-``harness.entries.user_sample_fn`` then gives each batch slice distinct data by
-perturbation (floating noise, shuffled integer tensors where the forward accepts them).
+target (``mylib.ops:SoftSort``) whose samples are its recorded calls as they were made
+(``harness.recorded.samples``: the base slice is the call itself; other slices take the
+Function's other calls where they stack, else noise only on the tensors a call
+differentiated or an argument declared ``perturb-args``).
 The class is the live one when the recording process checks (``classes``), else imported
 again by its target; a class that cannot be (``__main__``, ``<locals>``) is reported as
 such with how to check it, never skipped silently.
@@ -29,6 +30,8 @@ NEVER_CALLED = "never called"
 NOT_RECORDABLE = "not recordable"
 NOT_IMPORTABLE = "not importable"
 NESTED_ONLY = "nested only"
+#: Recorded as data, but an argument is of a kind the checks do not take (sparse, quantized).
+NOT_CHECKABLE = "not checkable"
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,34 @@ def _detached(args: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
+def _unsupported_argument(calls: Sequence[tuple[Any, ...]]) -> str:
+    """Why the recorded calls cannot be checked although they were recorded ("" if they
+    can): the checks batch, clone and compare strided dense tensors only."""
+    for args in calls:
+        for i, a in enumerate(args):
+            for _, v in leaves(a):
+                if isinstance(v, torch.Tensor) and (v.layout != torch.strided or v.is_quantized):
+                    kind = "quantized" if v.is_quantized else str(v.layout).removeprefix("torch.")
+                    return (
+                        f"argument {i} is a {kind} tensor: recorded exactly, but the checks take "
+                        "strided dense tensors only"
+                    )
+    return ""
+
+
+def _calls_as_made(
+    target: str,
+    samples: Sequence[Sample],
+    positional: Sequence[tuple[Any, ...]],
+    perturb_args: Sequence[int],
+) -> Any:
+    """The samples of a recorded Function: each call as made for the base slice, distinct
+    data for the others only where a call differentiated it (``harness.recorded.samples``)."""
+    from harness.recorded.samples import RecordedSamples, differentiated_leaves
+
+    return RecordedSamples(samples, differentiated_leaves(positional), perturb_args, target)
+
+
 #: Why a class that cannot be imported again was not checked, and how to check it.
 UNIMPORTABLE = (
     "defined where it cannot be imported again (__main__, a function or a test): it is "
@@ -200,6 +231,7 @@ def recorded_entry(
     samples: list[Sample] = []
     requires: list[list[bool]] = []
     problems: list[str] = []
+    positional: list[tuple[Any, ...]] = []
     for i, call in enumerate(function.calls):
         try:
             args = _positional(cls, tuple(call.args), dict(call.kwargs), bool(function.legacy))
@@ -207,13 +239,18 @@ def recorded_entry(
             problems.append(f"call {i} ({call.where}): {e}")
             continue
         requires.append(_requires_grad(args))
+        positional.append(args)
         samples.append(Sample(_detached(args), f"call{i}"))
     if not samples:
         return RecordedEntry(function.target, NOT_RECORDABLE, note="; ".join(problems), **common)
+    unsupported = _unsupported_argument(positional)
+    if unsupported:
+        return RecordedEntry(function.target, NOT_CHECKABLE, note=unsupported, **common)
     gradient = decl.gradient if decl else "derivative"
     caps = dict(decl.capabilities) if decl else {}
+    source = _calls_as_made(function.target, samples, positional, caps.pop("perturb_args", ()))
     try:
-        entry = make_entry(cls, samples, name=function.target, gradient=gradient, **caps)
+        entry = make_entry(cls, source, name=function.target, gradient=gradient, **caps)
     except UsageError as e:
         return RecordedEntry(function.target, NOT_IMPORTABLE, note=str(e), **common)
     skipped_nondiff = set(caps.get("nondiff_args", ()))

@@ -19,6 +19,7 @@ from harness.recorded.entries import (
     CHECKED,
     NESTED_ONLY,
     NEVER_CALLED,
+    NOT_CHECKABLE,
     NOT_IMPORTABLE,
     NOT_RECORDABLE,
     RecordedEntry,
@@ -182,6 +183,7 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
                 NOT_RECORDABLE: f"not recordable: {r.note}",
                 NOT_IMPORTABLE: f"not checked: {r.note}",
                 NESTED_ONLY: f"not checked: {r.note}",
+                NOT_CHECKABLE: f"not checked: {r.note}",
             }[r.state]
             out.append(Verdict(r.target, r.state, text, False))
             continue
@@ -199,8 +201,21 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
             word, text = "conforms", f"conforms ({counts['pass'] + counts['xfail']} cases)"
         if r.legacy:
             text = f"legacy: eager checks only, see {LEGACY_DOC}; {text}"
+        text += _fixed_note(r)
         out.append(Verdict(r.target, "legacy" if r.legacy and not bad else word, text, bad))
     return out
+
+
+def _fixed_note(r: RecordedEntry) -> str:
+    """The arguments that stay as recorded in every batch slice (harness.recorded.samples)."""
+    fixed = getattr(getattr(r.entry, "samples", None), "fixed_args", None)
+    args = fixed() if callable(fixed) else []
+    if not args:
+        return ""
+    which = ", ".join(map(str, args))
+    word = "argument" if len(args) == 1 else "arguments"
+    it = "it" if len(args) == 1 else "them"
+    return f"; {word} {which} as recorded in every batch slice (no call differentiated {it})"
 
 
 def summary_sentence(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]) -> str:
@@ -234,6 +249,7 @@ def summary_sentence(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]
         (NOT_RECORDABLE, "not recordable"),
         (NOT_IMPORTABLE, "not importable here"),
         (NESTED_ONLY, "only called inside another Function"),
+        (NOT_CHECKABLE, "not checkable (sparse or quantized arguments)"),
     ):
         if counts[state]:
             parts.append(f"{counts[state]} {words}")

@@ -49,7 +49,7 @@ def recording(
     *,
     sources: tuple[str, ...] | list[str] = (),
     ops: tuple[str, ...] | list[str] = (),
-    max_calls: int = 3,
+    max_calls: int = 8,
     tensor_limit: int = 16 << 20,
     total_limit: int = 256 << 20,
     program: str | None = None,

@@ -20,6 +20,16 @@ class SkippedCall:
     count: int = 1
 
 
+@dataclass(frozen=True)
+class NotKept:
+    """An argument combination the program called but the recording kept no call of (the
+    per-Function cap was reached): as the call's arguments read, where first, how often."""
+
+    combination: str
+    where: str
+    count: int = 1
+
+
 @dataclass(frozen=True, eq=False)
 class RecordedCall:
     """One distinct call: its arguments rebuilt, and where it was made (a pytest node id or
@@ -49,6 +59,7 @@ class RecordedFunction:
     skipped: tuple[SkippedCall, ...] = ()
     nested_in: tuple[str, ...] = ()
     under_transform: int = 0
+    not_kept: tuple[NotKept, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,7 +33,9 @@ import torch
 from harness.core.errors import UsageError
 from harness.core.locations import location
 from harness.recording import store
-from harness.recording.values import NotRecordable, check, snapshot, stored
+from harness.recording.refs import packages_of
+from harness.recording.selection import Selector, combination
+from harness.recording.values import NotRecordable, fast_key, snapshot, stored
 
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
@@ -41,6 +43,8 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _METHODS = ("forward", "backward", "vjp", "jvp", "vmap", "setup_context")
 #: Distinct skip reasons kept per Function; more are counted under one reason.
 MAX_REASONS = 20
+#: Distinct calls per Function whose repeats are recognised without a snapshot.
+_MAX_FAST = 10_000
 
 _active_lock = threading.Lock()
 _UNSEEN: Any = object()  # a class not looked at yet
@@ -61,6 +65,14 @@ class _Seen:
     keys: set[str] = field(default_factory=set)
     calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
     skipped: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Which calls to keep (``harness.recording.selection``), the bytes of each kept call,
+    #: and the packages whose types (enums, namedtuples) the calls' values may name.
+    selector: Selector = field(default_factory=lambda: Selector(8))
+    sizes: list[int] = field(default_factory=list)
+    allowed: frozenset[str] = frozenset({"torch"})
+    #: Combination of each distinct call already seen, by ``values.fast_key`` (a repeat
+    #: then costs no snapshot).
+    fast: dict[Any, str] = field(default_factory=dict)
 
     def skip(self, reason: str, where: str, order: list[int]) -> None:
         if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
@@ -101,7 +113,7 @@ class Recorder:
         *,
         sources: tuple[str, ...] = (),
         ops: tuple[str, ...] = (),
-        max_calls: int = 3,
+        max_calls: int = 8,
         tensor_limit: int = 16 << 20,
         total_limit: int = 256 << 20,
         program: str | None = None,
@@ -263,6 +275,7 @@ class Recorder:
                 _is_legacy(cls),
                 module != "__main__" and "<locals>" not in qual,
             )
+            self._prepare(seen)
             self.classes[target] = cls
         for name in _METHODS:
             code = getattr(getattr(cls, name, None), "__code__", None)
@@ -322,10 +335,15 @@ class Recorder:
             seen = self._seen.get(target)
             if seen is None:
                 seen = self._seen[target] = _Seen(target, "custom_op", False, True)
+                self._prepare(seen)
             stack = getattr(self._local, "ops", None)
             if nested is None and stack:
                 nested = stack[-1]
             self._observe(seen, nested, frame_where, args, kwargs)
+
+    def _prepare(self, seen: _Seen) -> None:
+        seen.selector = Selector(self.max_calls)
+        seen.allowed = packages_of([seen.target])
 
     def _observe(
         self,
@@ -343,15 +361,22 @@ class Recorder:
         if nested is not None:
             seen.nested_in.add(nested)
             return
+        fast = fast_key(args, kwargs)
+        known = seen.fast.get(fast) if fast is not None else None
+        if known is not None:  # a repeat of a distinct call already seen
+            seen.selector.seen(known, where)
+            return
         try:
-            if len(seen.calls) >= self.max_calls:  # K kept: only whether it was recordable
-                check(args, kwargs)
-                return
-            snap = snapshot(args, kwargs)
+            snap = snapshot(args, kwargs, seen.allowed)
         except NotRecordable as e:
             seen.skip(str(e), where, order)
             return
+        combo = combination(snap.args, snap.kwargs)
+        if seen.selector.seen(combo, where) is None:
+            return
         if snap.key in seen.keys:
+            if fast is not None and len(seen.fast) < _MAX_FAST:
+                seen.fast[fast] = combo
             return
         for t in snap.tensors:
             size = t.numel() * t.element_size()
@@ -363,7 +388,16 @@ class Recorder:
                     order,
                 )
                 return
-        if self._stored + snap.nbytes > self.total_limit:
+        keep, replaced, priority = seen.selector.offer(combo)
+        seen.keys.add(snap.key)
+        if fast is not None and len(seen.fast) < _MAX_FAST:
+            seen.fast[fast] = combo
+        if not keep:
+            return
+        freed = seen.sizes[seen.selector.worst()] if replaced is not None else 0
+        if self._stored - freed + snap.nbytes > self.total_limit:
+            seen.keys.discard(snap.key)
+            seen.fast.pop(fast, None)
             seen.skip(
                 f"its tensors ({_mib(snap.nbytes)}) would take the recording over its total "
                 f"limit of {_mib(self.total_limit)} (--total-limit)",
@@ -371,12 +405,18 @@ class Recorder:
                 order,
             )
             return
+        if replaced is not None:  # a call of a combination kept more often makes room
+            position = seen.selector.worst()
+            seen.selector.drop(position)
+            seen.calls.pop(position)
+            self._stored -= seen.sizes.pop(position)
         nodes = store._tensor_nodes([snap.args, snap.kwargs])
         copies = [stored(t, node) for t, node in zip(snap.tensors, nodes, strict=True)]
         self._stored += snap.nbytes
-        seen.keys.add(snap.key)
+        seen.selector.keep(combo, priority)
         call = {"where": where, "order": order, "args": snap.args, "kwargs": snap.kwargs}
         seen.calls.append((call, copies))
+        seen.sizes.append(snap.nbytes)
 
     def _failed(self, what: Any, error: Exception) -> None:
         """The observer itself failed on a call: named as that call's skip reason."""
@@ -417,6 +457,7 @@ class Recorder:
                     nested_in=sorted(seen.nested_in),
                     skipped=list(seen.skipped.values()),
                     calls=seen.calls,
+                    not_kept=seen.selector.not_kept(),
                 )
                 docs.append(doc)
                 if doc["tensors"]:

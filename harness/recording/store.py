@@ -25,8 +25,15 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.locations import portable_path
-from harness.recording import tensorfile, values
-from harness.recording.model import RecordedCall, RecordedFunction, Recording, SkippedCall
+from harness.recording import selection, tensorfile, values
+from harness.recording.model import (
+    NotKept,
+    RecordedCall,
+    RecordedFunction,
+    Recording,
+    SkippedCall,
+)
+from harness.recording.refs import packages_of
 
 SCHEMA = "afdb-recording/1"
 INDEX = "recording.json"
@@ -163,6 +170,7 @@ def function_doc(
     nested_in: list[str],
     skipped: list[dict[str, Any]],
     calls: list[tuple[dict[str, Any], list[torch.Tensor]]],
+    not_kept: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """One Function's entry of the document and its tensors by name; ``calls`` are
     (call dict with ``where``, ``order``, ``args``, ``kwargs``; the stored tensors in the
@@ -192,6 +200,7 @@ def function_doc(
         "call_count": call_count,
         "under_transform": under_transform,
         "nested_in": sorted(nested_in),
+        "not_kept": list(not_kept or []),
         "skipped": sorted(skipped, key=lambda s: (s["order"], s["reason"])),
         "tensors": file_name(target) if tensors else None,
         "calls": out_calls,
@@ -308,6 +317,8 @@ def read_raw(out_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, t
 
 
 def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label: str) -> Recording:
+    # the types a value names resolve only inside the packages whose Functions it holds
+    allowed = packages_of(fn["target"] for fn in doc["functions"] if fn["kind"] == "function")
     functions = []
     for i, fn in enumerate(doc["functions"]):
         tensors = files.get(fn["tensors"] or "", {})
@@ -315,8 +326,8 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
         for j, call in enumerate(fn["calls"]):
             at = f"{label}: functions[{i}].calls[{j}]"
             try:
-                args = tuple(values.restore(a, tensors) for a in call["args"])
-                kwargs = {k: values.restore(v, tensors) for k, v in call["kwargs"].items()}
+                args = tuple(values.restore(a, tensors, allowed) for a in call["args"])
+                kwargs = {k: values.restore(v, tensors, allowed) for k, v in call["kwargs"].items()}
             except values.BadNode as e:
                 raise RecordingError(f"{at}: {e}") from None
             calls.append(RecordedCall(args, kwargs, call["where"]))
@@ -333,6 +344,10 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
                 ),
                 nested_in=tuple(fn["nested_in"]),
                 under_transform=fn["under_transform"],
+                not_kept=tuple(
+                    NotKept(n["combination"], n["where"], n["count"])
+                    for n in fn.get("not_kept", ())
+                ),
             )
         )
     functions.sort(key=lambda f: f.target)
@@ -379,14 +394,24 @@ def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]
                     if s["order"] < have["order"]:
                         have["order"], have["where"] = s["order"], s["where"]
         candidates.sort(key=lambda c: c[0])
-        keys: set[str] = set()
-        calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = []
-        for _, call, stored in candidates:
-            key = call_key(call)
-            if key in keys or len(calls) >= limits["max_calls"]:
-                continue
-            keys.add(key)
-            calls.append((call, stored))
+        kept, not_kept = selection.select(
+            (
+                (call_key(call), selection.combination(call["args"], call["kwargs"]), call["where"])
+                for _, call, _ in candidates
+            ),
+            limits["max_calls"],
+        )
+        calls = [(candidates[i][1], candidates[i][2]) for i in kept]
+        # the parts' own combinations not kept, where no kept call has them
+        named = {n["combination"] for n in not_kept}
+        kept_combos = {
+            selection.describe(selection.combination(c["args"], c["kwargs"])) for c, _ in calls
+        }
+        for fn, _ in found:
+            for n in fn.get("not_kept", ()):
+                if n["combination"] not in named | kept_combos:
+                    not_kept.append(dict(n))
+                    named.add(n["combination"])
         doc, tensors = function_doc(
             target,
             first["kind"],
@@ -397,6 +422,7 @@ def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]
             nested_in=sorted({n for fn, _ in found for n in fn["nested_in"]}),
             skipped=list(skipped.values()),
             calls=calls,
+            not_kept=not_kept,
         )
         functions.append((doc, tensors))
     called = {d["target"] for d, _ in functions if d["call_count"]}

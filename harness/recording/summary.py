@@ -41,6 +41,12 @@ def describe(rec: Recording) -> list[str]:
             text += "; called inside " + ", ".join(f"`{n}`" for n in f.nested_in)
         for s in f.skipped:
             text += f"; {_n(s.count, 'call')} not recorded: {s.reason} (first at {s.where})"
+        if f.not_kept:
+            combos = [f"{n.combination} x{n.count}" for n in f.not_kept]
+            text += (
+                f"; {_n(len(f.not_kept), 'argument combination')} seen but not kept (over "
+                f"--max-calls): " + ", ".join(combos)
+            )
         lines.append(text)
     lines.extend(f"{t}: never called" for t in rec.never_called)
     return lines

@@ -35,6 +35,11 @@ DTYPES: dict[str, torch.dtype] = {
     "F32": torch.float32,
     "F64": torch.float64,
     "C64": torch.complex64,
+    "U16": torch.uint16,
+    "U32": torch.uint32,
+    "U64": torch.uint64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
 }
 NAMES = {v: k for k, v in DTYPES.items()}
 

@@ -6,13 +6,18 @@ such numbers), ``{"str": s}``, ``{"dtype": "float32"}``, ``{"device": "cpu"}``,
 ``{"tuple": [...]}``, ``{"list": [...]}``, ``{"dict": [[key, node], ...]}`` (string keys,
 in the call's order) and ``{"tensor": {...}}`` with its dtype, shape, ``requires_grad``,
 device, and where the call's tensor was not contiguous its ``strides`` (or ``expand``: the
-stride-0 dims of an expanded tensor, stored once). Anything else is not recordable and
-says why (``NotRecordable``), naming the argument.
+stride-0 dims of an expanded tensor, stored once). A complex tensor is stored as its real
+view (``torch.view_as_real``: a last dim of 2) and named by its complex dtype. The other
+kinds of data (numpy values, ``Ellipsis``, slices, ``torch.Size``, memory formats, layouts,
+enum members, namedtuples, frozen dataclasses, sparse and quantized tensors) are in
+``harness.recording.kinds``. Anything else is not recordable and says why
+(``NotRecordable``), naming the argument.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +35,13 @@ MAX_STR = 10_000
 MAX_STORAGE = 1 << 30
 MAX_LOGICAL = 4 << 30
 
-_DTYPE_BY_NAME = {str(d).removeprefix("torch."): d for d in DTYPES.values()}
+#: Complex dtypes, each stored as the real dtype of its ``view_as_real``.
+COMPLEX = {
+    torch.complex32: torch.float16,
+    torch.complex64: torch.float32,
+    torch.complex128: torch.float64,
+}
+_DTYPE_BY_NAME = {str(d).removeprefix("torch."): d for d in (*DTYPES.values(), *COMPLEX)}
 _ALL_DTYPES = {
     str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)
 }
@@ -77,11 +88,13 @@ def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor] | None)
         raise NotRecordable(
             f"{_at(path)} is a `{_kind_name(t)}` (a tensor subclass): not recordable"
         )
-    if t.layout != torch.strided:
-        raise NotRecordable(f"{_at(path)} is a {t.layout} tensor: not recordable (strided only)")
     if t.device.type == "meta":
         raise NotRecordable(f"{_at(path)} is a meta tensor (no data): not recordable")
-    name = dtype_name(t.dtype)
+    if t.layout != torch.strided or t.is_quantized:
+        from harness.recording.kinds import special_tensor
+
+        return special_tensor(t, path, tensors, _tensor_node)
+    name = dtype_name(t.dtype) if t.dtype not in COMPLEX else "complex"
     if name is None:
         raise NotRecordable(
             f"{_at(path)} is a {t.dtype} tensor: not recordable (no such dtype in safetensors)"
@@ -107,9 +120,15 @@ def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor] | None)
     return {"tensor": node}
 
 
-def _node(value: Any, path: str, depth: int, tensors: list[torch.Tensor] | None) -> Any:
+def _node(
+    value: Any,
+    path: str,
+    depth: int,
+    tensors: list[torch.Tensor] | None,
+    allowed: frozenset[str] = frozenset(),
+) -> Any:
     """The node of ``value`` (tensors appended to ``tensors``); with ``tensors`` None only
-    the checks, nothing built."""
+    the checks, nothing built. ``allowed``: the packages whose types may be named."""
     if depth > MAX_DEPTH:
         raise NotRecordable(
             f"{_at(path)} nests containers more than {MAX_DEPTH} deep: not recordable"
@@ -135,10 +154,10 @@ def _node(value: Any, path: str, depth: int, tensors: list[torch.Tensor] | None)
         return {"dtype": str(value).removeprefix("torch.")}
     if t is torch.device:
         return {"device": str(value)}
-    if t in (tuple, list, torch.Size):
+    if t in (tuple, list):
         if len(value) > MAX_ITEMS:
             raise NotRecordable(f"{_at(path)} holds {len(value)} items: over {MAX_ITEMS}")
-        items = [_node(v, f"{path}[{i}]", depth + 1, tensors) for i, v in enumerate(value)]
+        items = [_node(v, f"{path}[{i}]", depth + 1, tensors, allowed) for i, v in enumerate(value)]
         return {"list" if t is list else "tuple": items}
     if t is dict:
         if len(value) > MAX_ITEMS:
@@ -149,32 +168,85 @@ def _node(value: Any, path: str, depth: int, tensors: list[torch.Tensor] | None)
                 raise NotRecordable(
                     f"{_at(path)} is a dict with a `{_kind_name(k)}` key: not recordable (str keys only)"
                 )
-            out.append([k, _node(v, f"{path}[{k!r}]", depth + 1, tensors)])
+            out.append([k, _node(v, f"{path}[{k!r}]", depth + 1, tensors, allowed)])
         return {"dict": out}
+    from harness.recording.kinds import other_node
+
+    def inner(v: Any, where: str) -> Any:
+        return _node(v, where, depth + 1, tensors, allowed)
+
+    found = other_node(value, path, tensors, allowed, inner)
+    if found is not None:
+        return found
     raise NotRecordable(f"{_at(path)} is a `{_kind_name(value)}`: not recordable")
 
 
-def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def check(
+    args: tuple[Any, ...], kwargs: dict[str, Any], allowed: frozenset[str] = frozenset()
+) -> None:
     """NotRecordable (the reason) when ``snapshot`` would raise it; builds nothing."""
     for i, a in enumerate(args):
         if type(a) not in _PLAIN:
-            _node(a, str(i), 0, None)
+            _node(a, str(i), 0, None, allowed)
     for k, v in kwargs.items():
-        _node(v, k, 0, None)
+        _node(v, k, 0, None, allowed)
 
 
 #: Types whose values are always recordable (checked without a call).
 _PLAIN = frozenset({bool, int, float, type(None), torch.dtype, torch.device})
 
 
-def snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Snapshot:
-    """The call's arguments as nodes; NotRecordable (the reason) for the first that is not."""
+def snapshot(
+    args: tuple[Any, ...], kwargs: dict[str, Any], allowed: frozenset[str] = frozenset()
+) -> Snapshot:
+    """The call's arguments as nodes; NotRecordable (the reason) for the first that is not.
+    ``allowed``: the packages whose types (enums, namedtuples, dataclasses) may be named."""
     tensors: list[torch.Tensor] = []
-    nodes = [_node(a, str(i), 0, tensors) for i, a in enumerate(args)]
-    knodes = {k: _node(v, k, 0, tensors) for k, v in kwargs.items()}
+    nodes = [_node(a, str(i), 0, tensors, allowed) for i, a in enumerate(args)]
+    knodes = {k: _node(v, k, 0, tensors, allowed) for k, v in kwargs.items()}
     key = repr([nodes, knodes])  # same nodes, same text (json.dumps costs 3x more)
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
     return Snapshot(nodes, knodes, tensors, nbytes, key)
+
+
+def _fast(value: Any, depth: int) -> Any:
+    t = type(value)
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        if value.layout != torch.strided or value.is_quantized:
+            raise _NoFastKey
+        return (value.dtype, tuple(value.shape), value.stride(), value.requires_grad, value.device)
+    if t is float:
+        return (t, value.hex())
+    if t in _PLAIN or t is str:
+        return (t, value)
+    if (t is tuple or t is list) and depth < MAX_DEPTH:
+        return (t, *(_fast(v, depth + 1) for v in value))
+    if value is Ellipsis:
+        return (t,)
+    if isinstance(value, enum.Enum):  # a member, by its class and name
+        return (t, value._name_)
+    if t.__module__ == "numpy" and hasattr(value, "dtype") and not hasattr(value, "__len__"):
+        return (t, value.tobytes())  # a numpy scalar, by its bytes
+    if t is dict and depth < MAX_DEPTH:
+        return (t, *((k, _fast(v, depth + 1)) for k, v in value.items()))
+    raise _NoFastKey
+
+
+class _NoFastKey(Exception):
+    pass
+
+
+def fast_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A hashable key of a call's arguments, cheap to make, equal only where the calls'
+    ``snapshot`` keys are equal (finer where it must be); None where a value is of another
+    kind (then only ``snapshot`` says)."""
+    try:
+        return (
+            tuple(_fast(a, 0) for a in args),
+            tuple((k, _fast(v, 0)) for k, v in kwargs.items()),
+        )
+    except _NoFastKey:
+        return None
 
 
 def stored(t: torch.Tensor, node: dict[str, Any]) -> torch.Tensor:
@@ -182,7 +254,10 @@ def stored(t: torch.Tensor, node: dict[str, Any]) -> torch.Tensor:
     base = t.detach()
     for d in node.get("expand", ()):
         base = base.narrow(d, 0, 1)
-    return base.to("cpu", copy=True).contiguous()
+    out = base.to("cpu", copy=True).contiguous()
+    if out.is_complex():
+        out = torch.view_as_real(out.resolve_conj().resolve_neg()).clone()
+    return out
 
 
 # --- back from data ----------------------------------------------------------------------
@@ -197,17 +272,25 @@ def stored_shape(node: dict[str, Any]) -> list[int]:
     shape = list(node["shape"])
     for d in node.get("expand", ()):
         shape[d] = 1
+    if _DTYPE_BY_NAME.get(node["dtype"]) in COMPLEX:
+        shape.append(2)
     return shape
 
 
 def restore_tensor(node: dict[str, Any], data: torch.Tensor) -> torch.Tensor:
     """The call's tensor from its node and the file's data (checked: BadNode)."""
     dtype = _DTYPE_BY_NAME.get(node["dtype"])
-    if dtype is None or data.dtype != dtype:
-        raise BadNode(f"dtype {node['dtype']!r} but the tensor file holds {data.dtype}")
     shape = list(node["shape"])
-    if list(data.shape) != stored_shape(node):
-        raise BadNode(f"shape {shape} but the tensor file holds {list(data.shape)}")
+    if dtype in COMPLEX and data.dtype == COMPLEX[dtype]:  # the real view of a complex tensor
+        if list(data.shape) != stored_shape(node):
+            raise BadNode(f"shape {shape} but the tensor file holds {list(data.shape)}")
+        data = torch.view_as_complex(data.contiguous())
+    elif dtype is None or data.dtype != dtype:
+        raise BadNode(f"dtype {node['dtype']!r} but the tensor file holds {data.dtype}")
+    else:  # a complex64 tensor held as such (recordings of earlier versions)
+        want = stored_shape(node)[:-1] if dtype in COMPLEX else stored_shape(node)
+        if list(data.shape) != want:
+            raise BadNode(f"shape {shape} but the tensor file holds {list(data.shape)}")
     logical = math.prod(shape) * data.element_size()
     if logical > MAX_LOGICAL:
         raise BadNode(f"shape {shape} is {logical} bytes, over the {MAX_LOGICAL}-byte limit")
@@ -242,8 +325,11 @@ def restore_tensor(node: dict[str, Any], data: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def restore(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    """The value of a (schema-valid) node; tensors by their name in the file."""
+def restore(
+    node: Any, tensors: dict[str, torch.Tensor], allowed: frozenset[str] = frozenset()
+) -> Any:
+    """The value of a (schema-valid) node; tensors by their name in the file; types named
+    only inside the packages ``allowed`` (BadNode otherwise)."""
     ((kind, value),) = node.items()
     if kind == "none":
         return None
@@ -261,10 +347,12 @@ def restore(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
         except RuntimeError:
             raise BadNode(f"{value!r} is not a torch device") from None
     if kind in ("tuple", "list"):
-        items = [restore(v, tensors) for v in value]
+        items = [restore(v, tensors, allowed) for v in value]
         return tuple(items) if kind == "tuple" else items
     if kind == "dict":
-        return {k: restore(v, tensors) for k, v in value}
+        return {k: restore(v, tensors, allowed) for k, v in value}
     if kind == "tensor":
         return restore_tensor(value, tensors[value["name"]])
-    raise BadNode(f"unknown kind {kind!r}")
+    from harness.recording.kinds import restore_other
+
+    return restore_other(kind, value, lambda n: restore(n, tensors, allowed), allowed)

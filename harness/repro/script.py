@@ -220,6 +220,7 @@ ENTRY = {{
         load_recording(RECORDING), declarations=parse_declarations(DECLARATIONS)
     )
 }}[ENTRY_NAME]
+getattr(ENTRY.samples, "slice_seeds", lambda parts: None)((SEED, ENTRY_NAME))
 FUNCTION = ENTRY.function
 CALL = ENTRY.call
 
