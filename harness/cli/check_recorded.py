@@ -86,13 +86,19 @@ def recorded_run(
     from harness.recorded.declare import parse_declarations
     from harness.recorded.entries import UNIMPORTABLE, UNIMPORTABLE_XDIST, recorded_entries
 
-    declarations = parse_declarations(args.declare or ())
+    from harness.recorded.config import declaration_lines
+
+    lines = getattr(args, "declare_lines", None)
+    if lines is None:  # the project's files in the working directory, then --declare
+        lines = declaration_lines(args.declare or ())
+    declarations = parse_declarations(lines)
     recorded = recorded_entries(
         recording,
         classes=classes,
         declarations=declarations,
         default=_default_declaration(args),
         unimportable=UNIMPORTABLE_XDIST if xdist else UNIMPORTABLE,
+        live=getattr(args, "live_calls", None),
     )
     return recorded, declarations
 
@@ -150,7 +156,12 @@ def check_recording(
     """
     from harness.cli.run import closing_lines, controller_threads, execute, run_status
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
-    from harness.recorded.verdicts import note_never_differentiated, summary_sentence, verdicts
+    from harness.recorded.verdicts import (
+        note_never_differentiated,
+        report_metadata,
+        summary_sentence,
+        verdicts,
+    )
 
     directory = args.recorded or DEFAULT_DIR
     args.no_progress = not (sys.stdout.isatty() if progress is None else progress)
@@ -196,6 +207,7 @@ def check_recording(
 
         def annotate(res: RunResult) -> None:
             note_never_differentiated(res, recorded)
+            res.metadata["recorded"] = report_metadata(recorded, verdicts(res, recorded))
 
         result = execute(
             entries,
@@ -250,9 +262,14 @@ def cmd_check_recorded(args: argparse.Namespace) -> int:
 
 
 def check_after_record(
-    directory: str, recording: Any, classes: Mapping[str, Any], declarations: Sequence[str]
+    directory: str,
+    recording: Any,
+    classes: Mapping[str, Any],
+    declarations: Sequence[str],
+    live: Mapping[str, Any] | None = None,
 ) -> int:
-    """``afdb record --check``: the recording checked in the recording process."""
+    """``afdb record --check``: the recording checked in the recording process (``live``:
+    the recorder's live snapshots, ``Recorder.live_calls``)."""
     from harness.cli.main import build_parser
 
     argv = ["check", "--recorded", directory]
@@ -260,6 +277,7 @@ def check_after_record(
         argv += ["--declare", line]
     args = build_parser().parse_args(argv)
     args.argv = argv
+    args.live_calls = live
     status, _, _ = check_recording(args, recording=recording, classes=classes)
     return status
 

@@ -29,6 +29,10 @@ NEVER_CALLED = "never called"
 NOT_RECORDABLE = "not recordable"
 NOT_IMPORTABLE = "not importable"
 NESTED_ONLY = "nested only"
+#: Every recorded call holds a value only the recording process had (a lambda, a module).
+LIVE_ONLY = "live only"
+#: What a check in another process says about such calls.
+NEEDS_PROCESS = "need the recording process: run `pytest --afdb` or `afdb record --check`"
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,10 @@ class RecordedEntry:
     never_differentiated: tuple[int, ...] = ()
     declaration: Declaration | None = None
     nested_in: tuple[str, ...] = field(default_factory=tuple)
+    #: Recorded calls left out here because they hold live values (see ``LIVE_ONLY``).
+    live_only: int = 0
+    #: Where the checked calls came from when every one was made inside another Function.
+    inside: tuple[str, ...] = ()
 
 
 def _custom_op(target: str) -> Any:
@@ -148,10 +156,15 @@ def recorded_entry(
     declarations: Mapping[str, Declaration] | None = None,
     default: Declaration | None = None,
     unimportable: str = UNIMPORTABLE,
+    live: Mapping[int, tuple[Any, ...]] | None = None,
+    packages: frozenset[str] = frozenset(),
 ) -> RecordedEntry:
     """One ``RecordedFunction`` as a ``RecordedEntry``; ``default`` applies where no
-    declaration names the Function (the command line's own capability flags)."""
+    declaration names the Function (the command line's own capability flags); ``live``:
+    the recording process's snapshots of the calls that hold live values, by their place;
+    ``packages``: the only packages a recorded reference may be imported from."""
     from harness.entries import make_entry
+    from harness.recording.live import Live, placeholders, resolve
 
     decl = (declarations or {}).get(function.target) or default
     common: dict[str, Any] = {
@@ -159,7 +172,7 @@ def recorded_entry(
         "call_count": int(function.call_count),
         "places": tuple(
             dict.fromkeys(
-                [c.where for c in function.calls if c.where]
+                [c.where.split(" (inside ", 1)[0] for c in function.calls if c.where]
                 + [s.where for s in function.skipped if s.where]
             )
         ),
@@ -193,6 +206,31 @@ def recorded_entry(
                 **common,
             )
         return RecordedEntry(function.target, NEVER_CALLED, **common)
+    inside: tuple[str, ...] = ()
+    if function.calls and all(" (inside " in c.where for c in function.calls):
+        inside = tuple(
+            dict.fromkeys(c.where.split(" (inside ", 1)[1].rstrip(")") for c in function.calls)
+        )
+    common["inside"] = inside
+    # the calls as this process can check them: live snapshots, references imported again
+    calls: list[tuple[int, Any, tuple[Any, ...], dict[str, Any]]] = []
+    needs = 0
+    for i, call in enumerate(function.calls):
+        held = placeholders([call.args, call.kwargs])
+        if not held:
+            calls.append((i, call, tuple(call.args), dict(call.kwargs)))
+        elif live and i in live:
+            calls.append((i, call, tuple(live[i][0]), dict(live[i][1])))
+        elif any(isinstance(h, Live) for h in held):
+            needs += 1
+        else:
+            where = f"{function.target} call {i}"
+            calls.append((i, call, resolve(tuple(call.args), packages, where), dict(
+                resolve(dict(call.kwargs), packages, where))))
+    common["live_only"] = needs
+    if not calls:
+        what = f"{needs} call{'s' if needs != 1 else ''} {NEEDS_PROCESS}"
+        return RecordedEntry(function.target, LIVE_ONLY, note=what, **common)
     try:
         cls = _load_class(function, classes, unimportable)
     except UsageError as e:
@@ -200,9 +238,9 @@ def recorded_entry(
     samples: list[Sample] = []
     requires: list[list[bool]] = []
     problems: list[str] = []
-    for i, call in enumerate(function.calls):
+    for i, call, call_args, call_kwargs in calls:
         try:
-            args = _positional(cls, tuple(call.args), dict(call.kwargs), bool(function.legacy))
+            args = _positional(cls, call_args, call_kwargs, bool(function.legacy))
         except UsageError as e:
             problems.append(f"call {i} ({call.where}): {e}")
             continue
@@ -230,8 +268,15 @@ def recorded_entries(
     declarations: Mapping[str, Declaration] | None = None,
     default: Declaration | None = None,
     unimportable: str = UNIMPORTABLE,
+    live: Mapping[str, Mapping[int, tuple[Any, ...]]] | None = None,
 ) -> list[RecordedEntry]:
-    """Every Function of the recording (its order), then those of ``--source`` never called."""
+    """Every Function of the recording (its order), then those of ``--source`` never called.
+    ``live``: the recording process's live snapshots by target (``Recorder.live_calls``)."""
+    packages = frozenset(
+        f.target.split(":", 1)[0].split(".", 1)[0]
+        for f in recording.functions
+        if f.kind == "function"
+    )
     out = [
         recorded_entry(
             f,
@@ -239,6 +284,8 @@ def recorded_entries(
             declarations=declarations,
             default=default,
             unimportable=unimportable,
+            live=(live or {}).get(f.target),
+            packages=packages,
         )
         for f in recording.functions
     ]

@@ -19,6 +19,7 @@ original ``apply`` without a graph break; record the eager run).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -32,7 +33,9 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.locations import location
+from harness.recording import live as live_values
 from harness.recording import store
+from harness.recording.live import class_suffix
 from harness.recording.values import NotRecordable, check, snapshot, stored
 
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -61,6 +64,14 @@ class _Seen:
     keys: set[str] = field(default_factory=set)
     calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
     skipped: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Calls made only inside another Function (kept when no top-level call is).
+    inner_calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
+    inner_keys: set[str] = field(default_factory=set)
+    #: The live snapshots of calls that hold live values, by their place in ``calls``.
+    live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
+    inner_live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(
+        default_factory=dict
+    )
 
     def skip(self, reason: str, where: str, order: list[int]) -> None:
         if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
@@ -125,6 +136,7 @@ class Recorder:
         self.total_limit = total_limit
         self.program = program if program is not None else _default_program()
         self.classes: dict[str, type] = {}
+        self._suffixes: dict[str, dict[str, str]] = {}
         self._seen: dict[str, _Seen] = {}
         self._by_class: dict[Any, _Seen | None] = {}
         self._codes: dict[CodeType, str] = {}
@@ -255,6 +267,9 @@ class Recorder:
             return None
         qual = getattr(cls, "__qualname__", cls.__name__)
         target = f"{module}:{qual}"
+        if "<locals>" in qual:  # made per call: named apart by what its closures hold
+            with contextlib.suppress(Exception):
+                target += class_suffix(cls)
         seen = self._seen.get(target)
         if seen is None:
             seen = self._seen[target] = _Seen(
@@ -340,21 +355,37 @@ class Recorder:
         if torch._C._are_functorch_transforms_active():
             seen.under_transform += 1
             return
+        calls, keys, lives = seen.calls, seen.keys, seen.live
         if nested is not None:
             seen.nested_in.add(nested)
-            return
+            if seen.calls:
+                return
+            # recorded from these calls only while no top-level call is
+            calls, keys, lives = seen.inner_calls, seen.inner_keys, seen.inner_live
+            where = f"{where} (inside {nested})"
+        snap: Any
         try:
-            if len(seen.calls) >= self.max_calls:  # K kept: only whether it was recordable
+            if len(calls) >= self.max_calls:  # K kept: only whether it was recordable
                 check(args, kwargs)
                 return
             snap = snapshot(args, kwargs)
         except NotRecordable as e:
-            seen.skip(str(e), where, order)
+            if len(calls) >= self.max_calls:
+                return
+            try:  # live values: kept as a snapshot, checked in this process
+                package = seen.target.split(":", 1)[0].split(".", 1)[0]
+                snap = live_values.snapshot(args, kwargs, package, keys)
+            except NotRecordable as e2:
+                seen.skip(str(e2) if "cannot be copied" in str(e2) else str(e), where, order)
+                return
+            if snap is None:
+                return
+        if snap.key in keys:
             return
-        if snap.key in seen.keys:
-            return
-        for t in snap.tensors:
-            size = t.numel() * t.element_size()
+        sizes = [t.numel() * t.element_size() for t in snap.tensors]
+        if isinstance(snap, live_values.LiveSnapshot):
+            sizes.append(snap.biggest)
+        for size in sizes:
             if size > self.tensor_limit:
                 seen.skip(
                     f"a tensor argument of {_mib(size)} is over the per-tensor limit of "
@@ -374,9 +405,11 @@ class Recorder:
         nodes = store._tensor_nodes([snap.args, snap.kwargs])
         copies = [stored(t, node) for t, node in zip(snap.tensors, nodes, strict=True)]
         self._stored += snap.nbytes
-        seen.keys.add(snap.key)
+        keys.add(snap.key)
         call = {"where": where, "order": order, "args": snap.args, "kwargs": snap.kwargs}
-        seen.calls.append((call, copies))
+        if isinstance(snap, live_values.LiveSnapshot):
+            lives[len(calls)] = (snap.live_args, snap.live_kwargs, where)
+        calls.append((call, copies))
 
     def _failed(self, what: Any, error: Exception) -> None:
         """The observer itself failed on a call: named as that call's skip reason."""
@@ -416,7 +449,7 @@ class Recorder:
                     under_transform=seen.under_transform,
                     nested_in=sorted(seen.nested_in),
                     skipped=list(seen.skipped.values()),
-                    calls=seen.calls,
+                    calls=seen.calls or seen.inner_calls,
                 )
                 docs.append(doc)
                 if doc["tensors"]:
@@ -424,6 +457,16 @@ class Recorder:
             called = set(self._seen)
         never = [t for t in functions_in(self.sources) if t not in called]
         return store.document(self.program, self.limits(), never, docs), files
+
+    def live_calls(self) -> dict[str, dict[int, tuple[tuple[Any, ...], dict[str, Any], str]]]:
+        """The live snapshots by target and place among the written calls: what a check in
+        this process uses for the calls whose arguments are not data."""
+        with self._lock:
+            return {
+                t: dict(s.live if s.calls else s.inner_live)
+                for t, s in self._seen.items()
+                if (s.live if s.calls else s.inner_live)
+            }
 
     def write(self) -> None:
         doc, files = self.document()

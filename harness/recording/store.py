@@ -25,7 +25,7 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.locations import portable_path
-from harness.recording import tensorfile, values
+from harness.recording import live, tensorfile, values
 from harness.recording.model import RecordedCall, RecordedFunction, Recording, SkippedCall
 
 SCHEMA = "afdb-recording/1"
@@ -315,8 +315,8 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
         for j, call in enumerate(fn["calls"]):
             at = f"{label}: functions[{i}].calls[{j}]"
             try:
-                args = tuple(values.restore(a, tensors) for a in call["args"])
-                kwargs = {k: values.restore(v, tensors) for k, v in call["kwargs"].items()}
+                args = tuple(live.restore(a, tensors) for a in call["args"])
+                kwargs = {k: live.restore(v, tensors) for k, v in call["kwargs"].items()}
             except values.BadNode as e:
                 raise RecordingError(f"{at}: {e}") from None
             calls.append(RecordedCall(args, kwargs, call["where"]))
