@@ -31,8 +31,14 @@ NOT_IMPORTABLE = "not importable"
 NESTED_ONLY = "nested only"
 #: Every recorded call holds a value only the recording process had (a lambda, a module).
 LIVE_ONLY = "live only"
-#: What a check in another process says about such calls.
-NEEDS_PROCESS = "need the recording process: run `pytest --afdb` or `afdb record --check`"
+#: What a check in another process says about such calls (and under pytest-xdist).
+NEEDS_PROCESS = "the recording process: run `pytest --afdb` or `afdb record --check`"
+NEEDS_PROCESS_XDIST = "the recording process (a pytest-xdist worker): run `pytest --afdb` without -n"
+
+
+def needs_process(n: int, advice: str = NEEDS_PROCESS) -> str:
+    """``2 calls need the recording process: run ...``."""
+    return f"{n} call{'s need' if n != 1 else ' needs'} {advice}"
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class RecordedEntry:
     nested_in: tuple[str, ...] = field(default_factory=tuple)
     #: Recorded calls left out here because they hold live values (see ``LIVE_ONLY``).
     live_only: int = 0
+    live_note: str = ""
     #: Where the checked calls came from when every one was made inside another Function.
     inside: tuple[str, ...] = ()
 
@@ -228,9 +235,10 @@ def recorded_entry(
             calls.append((i, call, resolve(tuple(call.args), packages, where), dict(
                 resolve(dict(call.kwargs), packages, where))))
     common["live_only"] = needs
+    advice = NEEDS_PROCESS_XDIST if unimportable == UNIMPORTABLE_XDIST else NEEDS_PROCESS
+    common["live_note"] = needs_process(needs, advice) if needs else ""
     if not calls:
-        what = f"{needs} call{'s' if needs != 1 else ''} {NEEDS_PROCESS}"
-        return RecordedEntry(function.target, LIVE_ONLY, note=what, **common)
+        return RecordedEntry(function.target, LIVE_ONLY, note=common["live_note"], **common)
     try:
         cls = _load_class(function, classes, unimportable)
     except UsageError as e:

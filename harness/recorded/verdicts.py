@@ -17,7 +17,6 @@ from harness.core.results import BAD_STATUSES, CaseResult, RunResult
 from harness.recorded.entries import (
     CHECKED,
     LIVE_ONLY,
-    NEEDS_PROCESS,
     NESTED_ONLY,
     NEVER_CALLED,
     NOT_IMPORTABLE,
@@ -123,9 +122,8 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
             text = f"legacy: eager checks only, see {LEGACY_DOC}; {text}"
         if r.inside:
             text = f"{text}; from its calls inside {', '.join(r.inside)}"
-        if r.live_only:
-            n = r.live_only
-            text = f"{text}; {n} more call{'s' if n != 1 else ''} {NEEDS_PROCESS}"
+        if r.live_note:
+            text = f"{text}; {r.live_note}"
         out.append(Verdict(r.target, word, text, bad, r.legacy))
     return out
 
