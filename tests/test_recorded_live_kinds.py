@@ -85,7 +85,9 @@ def test_pytest_afdb_checks_every_kind_and_fails_exactly_the_planted_ones(projec
 
 
 def test_record_then_check_recorded_checks_data_and_names_live_only_ones(project):
-    rec = _with_env(project, [AFDB, "record", "-m", *pytest_argv("tests/test_live_kinds.py")[2:]], PLANTED)
+    rec = _with_env(
+        project, [AFDB, "record", "-m", *pytest_argv("tests/test_live_kinds.py")[2:]], PLANTED
+    )
     assert rec.returncode == 0, rec.stdout + rec.stderr
     doc = json.loads((project / ".afdb" / "recorded" / "recording.json").read_text())
     euler = next(f for f in doc["functions"] if f["target"] == f"{LK}:EulerStep")
@@ -127,7 +129,9 @@ def test_record_then_check_recorded_checks_data_and_names_live_only_ones(project
 
 
 def _hostile(project: Path, change) -> object:
-    rec = _with_env(project, [AFDB, "record", "-m", *pytest_argv("tests/test_live_kinds.py")[2:]], "")
+    rec = _with_env(
+        project, [AFDB, "record", "-m", *pytest_argv("tests/test_live_kinds.py")[2:]], ""
+    )
     assert rec.returncode == 0, rec.stdout + rec.stderr
     path = project / ".afdb" / "recorded" / "recording.json"
     doc = json.loads(path.read_text())
@@ -241,7 +245,9 @@ def test_declarations_written_once_reach_every_path(project, where):
     ini = project / "pytest.ini"
     text = ini.read_text()
     if where != "ini":
-        ini.write_text(text.replace("afdb_declare =\n    softlib.functions:RoundSTE gradient=custom\n", ""))
+        ini.write_text(
+            text.replace("afdb_declare =\n    softlib.functions:RoundSTE gradient=custom\n", "")
+        )
     if where == "pyproject":
         (project / "pyproject.toml").write_text(PYPROJECT)
     word = "FAIL: " if where == "none" else "conforms ("
@@ -253,7 +259,11 @@ def test_declarations_written_once_reach_every_path(project, where):
     recorded = _with_env(project, [AFDB, "check", "--recorded", "rc", "--checks", FAST], "")
     for proc in (session, record_check, recorded):
         line = next(
-            (ln for ln in proc.stdout.splitlines() if ln.startswith("  softlib.functions:RoundSTE")),
+            (
+                ln
+                for ln in proc.stdout.splitlines()
+                if ln.startswith("  softlib.functions:RoundSTE")
+            ),
             None,
         )
         assert line is not None and word in line, proc.stdout + proc.stderr

@@ -72,7 +72,9 @@ def test_the_correct_project_conforms_under_pytest_afdb(project: Path):
         assert "conforms (" in verdict(out, name), out
     assert verdict(out, "LegacyCube").startswith("legacy: eager checks only, see ")
     # softlib.functions' 7 and softlib.live_kinds' 7 (tests/test_recorded_live_kinds.py)
-    assert "14 Functions called by 13 tests: 14 conform (1 legacy: eager checks only), 0 fail" in out
+    assert (
+        "14 Functions called by 13 tests: 14 conform (1 legacy: eager checks only), 0 fail" in out
+    )
 
 
 def test_the_planted_bugs_fail_the_session_though_its_tests_pass(project: Path):
@@ -160,7 +162,10 @@ def test_xdist_workers_are_checked_in_the_controller(project: Path):
         "skipped), 2 live-only (need the recording process), 2 not checkable (2 not importable "
         "here)"
     ) in out
-    assert "1 call needs the recording process (a pytest-xdist worker): run `pytest --afdb` without -n" in out
+    assert (
+        "1 call needs the recording process (a pytest-xdist worker): run `pytest --afdb` without -n"
+        in out
+    )
 
 
 def test_the_suites_own_pytest_does_not_collect_the_example():

@@ -159,7 +159,13 @@ def test_a_value_that_cannot_be_copied_is_named_and_counted(tmp_path):
     with recording(tmp_path / "rec") as recorder:
         for _ in range(2):
             rf.Options.apply(
-                torch.ones(2), 1, False, "add", torch.float32, threading.Lock(), {"b": torch.ones(2)}
+                torch.ones(2),
+                1,
+                False,
+                "add",
+                torch.float32,
+                threading.Lock(),
+                {"b": torch.ones(2)},
             )
     f = recorder.result().function(f"{MOD}:Options")
     assert f.calls == () and f.call_count == 2

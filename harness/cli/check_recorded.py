@@ -83,10 +83,9 @@ def recorded_run(
     xdist: bool = False,
 ) -> tuple[list[Any], Any]:
     """Every recorded Function (checkable or not) and the declarations by target."""
+    from harness.recorded.config import declaration_lines
     from harness.recorded.declare import parse_declarations
     from harness.recorded.entries import UNIMPORTABLE, UNIMPORTABLE_XDIST, recorded_entries
-
-    from harness.recorded.config import declaration_lines
 
     lines = getattr(args, "declare_lines", None)
     if lines is None:  # the project's files in the working directory, then --declare

@@ -33,7 +33,9 @@ def _lines(value: Any, where: str) -> list[str]:
         return value.splitlines()
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return list(value)
-    raise UsageError(f"{where}: declare must be a list of lines such as 'pkg.mod:Cls gradient=custom'")
+    raise UsageError(
+        f"{where}: declare must be a list of lines such as 'pkg.mod:Cls gradient=custom'"
+    )
 
 
 def _pyproject(folder: Path) -> dict[str, Any]:
@@ -58,7 +60,9 @@ def tool_lines(folder: Path) -> list[str]:
         raise UsageError("pyproject.toml: [tool.afdb] must be a table")
     unknown = sorted(set(table) - {"declare"})
     if unknown:
-        raise UsageError(f"pyproject.toml: [tool.afdb] has unknown key {unknown[0]!r}; known: declare")
+        raise UsageError(
+            f"pyproject.toml: [tool.afdb] has unknown key {unknown[0]!r}; known: declare"
+        )
     return _lines(table.get("declare", []), "pyproject.toml: [tool.afdb]")
 
 

@@ -33,7 +33,9 @@ NESTED_ONLY = "nested only"
 LIVE_ONLY = "live only"
 #: What a check in another process says about such calls (and under pytest-xdist).
 NEEDS_PROCESS = "the recording process: run `pytest --afdb` or `afdb record --check`"
-NEEDS_PROCESS_XDIST = "the recording process (a pytest-xdist worker): run `pytest --afdb` without -n"
+NEEDS_PROCESS_XDIST = (
+    "the recording process (a pytest-xdist worker): run `pytest --afdb` without -n"
+)
 
 
 def needs_process(n: int, advice: str = NEEDS_PROCESS) -> str:
@@ -213,12 +215,12 @@ def recorded_entry(
                 **common,
             )
         return RecordedEntry(function.target, NEVER_CALLED, **common)
-    inside: tuple[str, ...] = ()
+    inside_of: tuple[str, ...] = ()
     if function.calls and all(" (inside " in c.where for c in function.calls):
-        inside = tuple(
+        inside_of = tuple(
             dict.fromkeys(c.where.split(" (inside ", 1)[1].rstrip(")") for c in function.calls)
         )
-    common["inside"] = inside
+    common["inside"] = inside_of
     # the calls as this process can check them: live snapshots, references imported again
     calls: list[tuple[int, Any, tuple[Any, ...], dict[str, Any]]] = []
     needs = 0
@@ -232,8 +234,14 @@ def recorded_entry(
             needs += 1
         else:
             where = f"{function.target} call {i}"
-            calls.append((i, call, resolve(tuple(call.args), packages, where), dict(
-                resolve(dict(call.kwargs), packages, where))))
+            calls.append(
+                (
+                    i,
+                    call,
+                    resolve(tuple(call.args), packages, where),
+                    dict(resolve(dict(call.kwargs), packages, where)),
+                )
+            )
     common["live_only"] = needs
     advice = NEEDS_PROCESS_XDIST if unimportable == UNIMPORTABLE_XDIST else NEEDS_PROCESS
     common["live_note"] = needs_process(needs, advice) if needs else ""

@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
 from harness.recorded.entries import (
@@ -145,7 +146,7 @@ def summary_counts(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]) 
     verdict = [by_target[r.target] for r in called if r.state == CHECKED]
     not_checkable = Counter(_NOT_CHECKABLE[r.state] for r in called if r.state in _NOT_CHECKABLE)
     never_called = [r for r in recorded if r.state == NEVER_CALLED and not r.call_count]
-    counts = {
+    counts: dict[str, Any] = {
         "functions": len(called),
         "places": len(places),
         "tests": bool(places) and all("::" in p for p in places),

@@ -130,8 +130,7 @@ def _node(value: Any, path: str, depth: int, tensors: list, package: str, held: 
     t = type(value)
     if depth <= values.MAX_DEPTH and t in (tuple, list):
         items = [
-            _node(v, f"{path}[{i}]", depth + 1, tensors, package, held)
-            for i, v in enumerate(value)
+            _node(v, f"{path}[{i}]", depth + 1, tensors, package, held) for i, v in enumerate(value)
         ]
         return {"list" if t is list else "tuple": items}
     if depth <= values.MAX_DEPTH and t is dict and all(type(k) is str for k in value):
@@ -158,7 +157,10 @@ def _node(value: Any, path: str, depth: int, tensors: list, package: str, held: 
 
 
 def snapshot(
-    args: tuple[Any, ...], kwargs: dict[str, Any], package: str, keys: set[str] | frozenset = ()
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    package: str,
+    keys: set[str] | frozenset[str] = frozenset(),
 ) -> LiveSnapshot | None:
     """The call as nodes with live values, and its deep copy (None, nothing copied, when
     its key is among ``keys``); NotRecordable (the reason) when a value can be neither data
@@ -247,9 +249,17 @@ def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
                 f"{where}: refers to {value.target!r}, outside the packages whose Functions "
                 f"the recording holds ({', '.join(sorted(packages))}); refused"
             )
-        from harness.targets import load_attr
+        import importlib
 
-        obj = load_attr(value.target, f"{where}: reference")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+        except Exception as e:
+            raise UsageError(
+                f"{where}: the reference {value.target!r} does not resolve here "
+                f"({type(e).__name__}: {str(e)[:200]}); record again"
+            ) from None
         if type_name(obj) != value.type:
             raise UsageError(
                 f"{where}: {value.target!r} is a `{type_name(obj)}` here, the recording says "

@@ -69,9 +69,7 @@ class _Seen:
     inner_keys: set[str] = field(default_factory=set)
     #: The live snapshots of calls that hold live values, by their place in ``calls``.
     live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
-    inner_live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(
-        default_factory=dict
-    )
+    inner_live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
 
     def skip(self, reason: str, where: str, order: list[int]) -> None:
         if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
