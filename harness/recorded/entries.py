@@ -173,7 +173,8 @@ def recorded_entry(
     the recording process's snapshots of the calls that hold live values, by their place;
     ``packages``: the only packages a recorded reference may be imported from."""
     from harness.entries import make_entry
-    from harness.recording.live import Live, placeholders, resolve
+    from harness.recorded.references import resolve
+    from harness.recording.live import Live, placeholders
 
     decl = (declarations or {}).get(function.target) or default
     common: dict[str, Any] = {

@@ -9,7 +9,7 @@ described by a node:
 
 * ``{"ref": {"target": "pkg.mod:name", "type": "builtins:function"}}``: a module-level
   object of the Function's own package, reachable by ``module:qualname`` and identical to
-  what was passed (a top-level function, a module-level instance). ``resolve`` imports it
+  what was passed (a top-level function, a module-level instance). ``harness.recorded.references.resolve`` imports it
   again when checked, and only from the packages whose Functions the recording holds;
 * ``{"live": {"type": "torch.nn.modules.linear:Linear", "name": "..."}}``: live-only; a
   check in another process says how many calls need the recording process.
@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from harness.core.errors import UsageError
 from harness.recording import values
 
 
@@ -48,6 +47,19 @@ class Ref:
 
     target: str
     type: str
+
+
+@dataclass(frozen=True, eq=False)
+class Wrapped:
+    """A traceable wrapper tensor subclass read back: its class, inner tensors, metadata
+    and outer size; rebuilt by ``harness.recorded.references`` with the class's ``__tensor_unflatten__``."""
+
+    cls: str
+    inner: dict[str, torch.Tensor]
+    meta: Any
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    requires_grad: bool
 
 
 def type_name(value: Any) -> str:
@@ -149,11 +161,50 @@ def _node(value: Any, path: str, depth: int, tensors: list, package: str, held: 
         raise values.NotRecordable(f"argument {path} is a meta tensor (no data): not recordable")
     if isinstance(value, types.GeneratorType | types.CoroutineType):
         raise values.NotRecordable(f"argument {path} is a generator: not recordable")
+    wrapped = _wrapper_node(value, path, depth, tensors)
+    if wrapped is not None:
+        return wrapped
     held.append(value)
     ref = reference(value, package)
     if ref is not None:
         return {"ref": {"target": ref, "type": type_name(value)}}
     return {"live": {"type": type_name(value), "name": _own_name(value)}}
+
+
+def _wrapper_node(value: Any, path: str, depth: int, tensors: list) -> Any:
+    """A traceable wrapper subclass (``__tensor_flatten__``/``__tensor_unflatten__``) as
+    its inner tensors, metadata (when data) and class; None when it is not one."""
+    cls = type(value)
+    if not (
+        isinstance(value, torch.Tensor)
+        and hasattr(cls, "__tensor_flatten__")
+        and hasattr(cls, "__tensor_unflatten__")
+        and "<" not in cls.__qualname__
+    ):
+        return None
+    mark = len(tensors)
+    try:
+        names, meta = value.__tensor_flatten__()
+        inner = []
+        for name in names:
+            t = getattr(value, name)
+            if type(t) not in (torch.Tensor, torch.nn.Parameter):
+                raise values.NotRecordable("a nested subclass")
+            inner.append([name, values._node(t.detach(), f"{path}.{name}", depth + 1, tensors)])
+        meta_node = values._node(meta, f"{path}.meta", depth + 1, tensors)
+    except Exception:
+        del tensors[mark:]
+        return None
+    return {
+        "subclass": {
+            "class": type_name(value),
+            "inner": inner,
+            "meta": meta_node,
+            "shape": list(value.shape),
+            "strides": list(value.stride()),
+            "requires_grad": bool(value.requires_grad),
+        }
+    }
 
 
 def snapshot(
@@ -211,6 +262,15 @@ def restore(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
         return Ref(value["target"], value["type"])
     if kind == "live":
         return Live(value["type"], value["name"])
+    if kind == "subclass":
+        return Wrapped(
+            value["class"],
+            {k: values.restore(v, tensors) for k, v in value["inner"]},
+            restore(value["meta"], tensors),
+            tuple(value["shape"]),
+            tuple(value["strides"]),
+            bool(value["requires_grad"]),
+        )
     if kind in ("tuple", "list"):
         items = [restore(v, tensors) for v in value]
         return tuple(items) if kind == "tuple" else items
@@ -224,7 +284,7 @@ def _walk(value: Any) -> list[Any]:
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, Live | Ref):
+        if isinstance(v, Live | Ref | Wrapped):
             out.append(v)
         elif type(v) in (tuple, list):
             stack.extend(v)
@@ -236,42 +296,6 @@ def _walk(value: Any) -> list[Any]:
 def placeholders(args: Any) -> list[Any]:
     """The ``Live`` and ``Ref`` values a recorded call holds."""
     return _walk(args)
-
-
-def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
-    """``value`` with its ``Ref``s imported again: only modules of ``packages`` (the
-    recording's own), and each must be an object of the recorded type. A reference that
-    breaks either rule is a hostile or stale recording: UsageError, one line."""
-    if isinstance(value, Ref):
-        module, _, qual = value.target.partition(":")
-        if not module or not qual or _top(module) not in packages:
-            raise UsageError(
-                f"{where}: refers to {value.target!r}, outside the packages whose Functions "
-                f"the recording holds ({', '.join(sorted(packages))}); refused"
-            )
-        import importlib
-
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in qual.split("."):
-                obj = getattr(obj, part)
-        except Exception as e:
-            raise UsageError(
-                f"{where}: the reference {value.target!r} does not resolve here "
-                f"({type(e).__name__}: {str(e)[:200]}); record again"
-            ) from None
-        if type_name(obj) != value.type:
-            raise UsageError(
-                f"{where}: {value.target!r} is a `{type_name(obj)}` here, the recording says "
-                f"a `{value.type}`; refused (record again)"
-            )
-        return obj
-    if type(value) in (tuple, list):
-        items = [resolve(v, packages, where) for v in value]
-        return tuple(items) if type(value) is tuple else items
-    if type(value) is dict:
-        return {k: resolve(v, packages, where) for k, v in value.items()}
-    return value
 
 
 def class_suffix(cls: type) -> str:
