@@ -266,12 +266,14 @@ def check_after_record(
     classes: Mapping[str, Any],
     declarations: Sequence[str],
     live: Mapping[str, Any] | None = None,
+    options: Sequence[str] = (),
 ) -> int:
     """``afdb record --check``: the recording checked in the recording process (``live``:
-    the recorder's live snapshots, ``Recorder.live_calls``)."""
+    the recorder's live snapshots, ``Recorder.live_calls``; ``options``: more of ``afdb
+    check``'s options)."""
     from harness.cli.main import build_parser
 
-    argv = ["check", "--recorded", directory]
+    argv = ["check", "--recorded", directory, *options]
     for line in declarations:
         argv += ["--declare", line]
     args = build_parser().parse_args(argv)
@@ -279,6 +281,20 @@ def check_after_record(
     args.live_calls = live
     status, _, _ = check_recording(args, recording=recording, classes=classes)
     return status
+
+
+def check_recorded(recorder: Any, *options: str, declare: Sequence[str] = ()) -> int:
+    """After ``with harness.recording(DIR) as recorder: ...``: check the recording in this
+    process, with its live classes and live values, as ``afdb record --check`` does;
+    ``options`` are ``afdb check``'s (``"--checks", "vjp"``). Returns the exit status."""
+    return check_after_record(
+        str(recorder.out_dir),
+        recorder.result(),
+        recorder.classes,
+        list(declare),
+        recorder.live_calls(),
+        options,
+    )
 
 
 def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Options]:
