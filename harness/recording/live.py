@@ -184,7 +184,7 @@ def _wrapper_node(value: Any, path: str, depth: int, tensors: list) -> Any:
         return None
     mark = len(tensors)
     try:
-        names, meta = value.__tensor_flatten__()
+        names, meta = value.__tensor_flatten__()  # type: ignore[attr-defined]
         inner = []
         for name in names:
             t = getattr(value, name)
