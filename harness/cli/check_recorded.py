@@ -182,7 +182,9 @@ def check_recording(
     from harness.recorded.entries import unknown_declarations
 
     for name in unknown_declarations(declarations, everything):
-        print(f"note: --declare names {visible(name)}, which the recording does not hold")
+        given = any(line.split()[:1] == [name] for line in args.declare or ())
+        source = "--declare" if given else "a declaration of the project ([tool.afdb] or ini)"
+        print(f"note: {source} names {visible(name)}, which the recording does not hold")
     # batch sizes from every Function, so a case id does not depend on the selection
     options = shared_options([r.entry for r in everything if r.entry is not None], options, args)
     recorded = _select(everything, args.target) if args.target else everything
