@@ -194,9 +194,11 @@ def test_the_live_snapshot_never_aliases_the_programs_objects(tmp_path, capsys):
         sys.path.remove(str(PROJECT))
     layer = torch.nn.Linear(3, 2, dtype=torch.float64)
     x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.full((3,), 0.5, dtype=torch.float64)
     with harness.recording(tmp_path / "rec") as recorder:
         out = lk.linear_tanh(x, layer)
         y = lk.linear_tanh(layer.weight, torch.nn.Linear(3, 3, dtype=torch.float64))
+        lk.euler_step(x, 0.1, lambda v: -w * v)  # a closure holding the program's tensor
     snap = recorder.live_calls()[f"{LK}:LinearTanh"][0]
     (_, layer_copy), _, _ = snap
     assert layer_copy is not layer and layer_copy.weight is not layer.weight
@@ -204,6 +206,7 @@ def test_the_live_snapshot_never_aliases_the_programs_objects(tmp_path, capsys):
     with torch.no_grad():
         layer.weight.fill_(float("nan"))
         x.fill_(float("nan"))
+        w.fill_(float("nan"))
     assert torch.isfinite(layer_copy.weight).all() and torch.isfinite(snap[0][0]).all()
     assert torch.isfinite(out).all() and torch.isfinite(y).all()
     status = harness.check_recorded(recorder, "--checks", "vjp,vmap")

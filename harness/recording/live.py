@@ -207,6 +207,25 @@ def _wrapper_node(value: Any, path: str, depth: int, tensors: list) -> Any:
     }
 
 
+def _function_copy(fn: types.FunctionType, memo: dict[int, Any]) -> types.FunctionType:
+    """``fn`` with the values of its closure deep-copied (the snapshot's memo: a module a
+    lambda holds and the same module passed as an argument stay one object); a cell whose
+    value cannot be copied stays shared, as a function's globals do."""
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(types.CellType(copy.deepcopy(cell.cell_contents, memo)))
+        except Exception:
+            cells.append(cell)
+    out = types.FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells)
+    )
+    out.__kwdefaults__ = copy.copy(fn.__kwdefaults__)
+    out.__qualname__, out.__module__ = fn.__qualname__, fn.__module__
+    out.__dict__.update(fn.__dict__)
+    return out
+
+
 def snapshot(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -228,6 +247,9 @@ def snapshot(
         if t.grad_fn is not None or type(t) is torch.Tensor:
             memo[id(t)] = t.detach().clone().requires_grad_(t.requires_grad)
     try:
+        for value in held:  # a function's closure is copied too (deepcopy keeps functions)
+            if isinstance(value, types.FunctionType) and value.__closure__:
+                memo[id(value)] = _function_copy(value, memo)
         live_args, live_kwargs = copy.deepcopy((tuple(args), dict(kwargs)), memo)
     except Exception as e:
         what = ", ".join(dict.fromkeys(f"`{type_name(v)}`" for v in held))
