@@ -314,3 +314,23 @@ def test_a_command_line_declaration_replaces_the_files_line_for_its_function(tmp
     (tmp_path / "pyproject.toml").write_text("[tool.afdb]\ncolour = 1\n")
     with pytest.raises(Exception, match="unknown key 'colour'"):
         declaration_lines([], folder=tmp_path)
+
+
+def test_a_module_over_the_size_limit_is_not_copied_and_names_the_limit(tmp_path):
+    import harness
+
+    sys.path.insert(0, str(PROJECT))
+    try:
+        from softlib import live_kinds as lk
+    finally:
+        sys.path.remove(str(PROJECT))
+    big = torch.nn.Linear(3, 40, dtype=torch.float64)  # 1280 bytes of weight
+    small = torch.nn.Linear(3, 2, dtype=torch.float64)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    with harness.recording(tmp_path / "rec", tensor_limit=1024) as recorder:
+        lk.linear_tanh(x, big)
+        lk.linear_tanh(x, small)
+    f = recorder.result().function(f"{LK}:LinearTanh")
+    assert len(f.calls) == 1 and "over the per-tensor limit" in f.skipped[0].reason
+    (args, _, _) = recorder.live_calls()[f"{LK}:LinearTanh"][0]
+    assert args[1].weight.shape == (2, 3)

@@ -231,10 +231,12 @@ def snapshot(
     kwargs: dict[str, Any],
     package: str,
     keys: set[str] | frozenset[str] = frozenset(),
+    limits: tuple[int, int] | None = None,
 ) -> LiveSnapshot | None:
     """The call as nodes with live values, and its deep copy (None, nothing copied, when
     its key is among ``keys``); NotRecordable (the reason) when a value can be neither data
-    nor copied."""
+    nor copied. ``limits`` (the largest tensor or module, the bytes left): over them
+    nothing is copied either (the caller names the limit)."""
     tensors: list[torch.Tensor] = []
     held: list[Any] = []
     nodes = [_node(a, str(i), 0, tensors, package, held) for i, a in enumerate(args)]
@@ -242,6 +244,12 @@ def snapshot(
     key = repr([nodes, knodes])
     if key in keys:
         return None
+    seen: set[int] = {id(t) for t in tensors}
+    sizes = [t.numel() * t.element_size() for t in tensors]
+    held_bytes = [_nbytes(v, seen) for v in held]
+    total, biggest = sum(sizes) + sum(held_bytes), max(sizes + held_bytes + [0])
+    if limits is not None and (biggest > limits[0] or total > limits[1]):
+        return LiveSnapshot(nodes, knodes, tensors, (), {}, total, key, biggest)
     memo: dict[int, Any] = {}
     for t in tensors:
         if t.grad_fn is not None or type(t) is torch.Tensor:
@@ -257,21 +265,7 @@ def snapshot(
             f"an argument ({what}) cannot be copied for the check "
             f"({type(e).__name__}: {str(e)[:200]})"
         ) from None
-    seen: set[int] = set()
-    sizes = [t.numel() * t.element_size() for t in tensors]
-    for t in tensors:
-        seen.add(id(t))
-    held_bytes = [_nbytes(v, seen) for v in held]
-    return LiveSnapshot(
-        nodes,
-        knodes,
-        tensors,
-        live_args,
-        live_kwargs,
-        sum(sizes) + sum(held_bytes),
-        key,
-        max(sizes + held_bytes + [0]),
-    )
+    return LiveSnapshot(nodes, knodes, tensors, live_args, live_kwargs, total, key, biggest)
 
 
 # --- back from data ----------------------------------------------------------------------

@@ -372,7 +372,8 @@ class Recorder:
                 return
             try:  # live values: kept as a snapshot, checked in this process
                 package = seen.target.split(":", 1)[0].split(".", 1)[0]
-                snap = live_values.snapshot(args, kwargs, package, keys)
+                room = self.total_limit - self._stored
+                snap = live_values.snapshot(args, kwargs, package, keys, (self.tensor_limit, room))
             except NotRecordable as e2:
                 seen.skip(str(e2) if "cannot be copied" in str(e2) else str(e), where, order)
                 return
