@@ -139,11 +139,20 @@ def test_record_then_check_recorded_checks_data_and_names_live_only_ones(project
         assert again[target].startswith("conforms ("), fixed.stdout
 
 
-def _hostile(project: Path, target: str, change) -> object:
-    rec = _with_env(
-        project, [AFDB, "record", "-m", *pytest_argv("tests/test_live_kinds.py")[2:]], ""
-    )
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """The example project with its live kinds recorded once (no bug planted)."""
+    root = tmp_path_factory.mktemp("recorded") / "proj"
+    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns(".afdb", "__pycache__"))
+    argv = [AFDB, "record", "-m", *pytest_argv("tests/test_live_kinds.py")[2:]]
+    rec = _with_env(root, argv, "")
     assert rec.returncode == 0, rec.stdout + rec.stderr
+    return root
+
+
+def _hostile(recorded: Path, tmp_path: Path, target: str, change) -> object:
+    project = tmp_path / "proj"
+    shutil.copytree(recorded, project)
     path = project / ".afdb" / "recorded" / "recording.json"
     doc = json.loads(path.read_text())
     function = next(f for f in doc["functions"] if f["target"] == target)
@@ -177,8 +186,8 @@ def _hostile(project: Path, target: str, change) -> object:
         ),
     ],
 )
-def test_a_hostile_reference_is_refused_with_one_line(project, target, change, words):
-    proc = _hostile(project, target, change)
+def test_a_hostile_reference_is_refused_with_one_line(recorded, tmp_path, target, change, words):
+    proc = _hostile(recorded, tmp_path, target, change)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr and "refused" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
