@@ -35,6 +35,9 @@ def test_linear_tanh_with_a_module() -> None:
     assert out.shape == (4, 2) and bool((out.abs() < 1).all())
     out.sum().backward()
     assert x.grad is not None
+    # in float32, as models are: the float64 references cast the module too
+    out32 = lk.linear_tanh(x.detach().float(), layer.float())
+    assert out32.dtype == torch.float32
 
 
 def test_halve_a_two_tensor() -> None:
