@@ -1,6 +1,6 @@
 """What recording costs a test suite: ``pytest`` with and without ``--afdb-record``, one run.
 
-    python -m benchmarks.recording_cost [--tests 300] [--rounds 3]
+    python -m benchmarks.recording_cost [--tests 300] [--rounds 3] [--live]
 
 Writes a throwaway project (a small library of five autograd.Functions: a generated vmap
 rule, a legacy Function, one with int/bool/str options, one with an index tensor, one
@@ -12,6 +12,8 @@ pytest's own session time (collection and the tests, torch being imported before
 both sides by a conftest), and their ratios within this run; the target is at most 1.2x
 wall (issue 28). Both sides pay for starting Python, importing torch and collecting; only
 the second records (and imports the harness's recording wing and writes the files).
+With ``--live`` the library's Functions take what cannot be data instead (a lambda, an
+``nn.Module``, a bound method, a class made per call): the cost of live snapshots.
 Then, in this process, the cost of one ``apply`` call with and without a recording active
 (the part of the cost that grows with the number of calls).
 """
@@ -166,13 +168,143 @@ def test_outer(i):
 """
 
 
-def _project(root: Path, tests: int) -> None:
-    (root / "benchlib.py").write_text(textwrap.dedent(LIB))
+LIVE_LIB = """
+import torch
+
+
+class Step(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(y, h, fn):
+        return y + h * fn(y)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.h, ctx.fn = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        _, vjp = torch.func.vjp(ctx.fn, y)
+        return g + ctx.h * vjp(g)[0], None, None
+
+
+class LinearTanh(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, layer):
+        return torch.tanh(torch.nn.functional.linear(x, layer.weight, layer.bias))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.weight = inputs[1].weight.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return (g * (1 - out**2)) @ ctx.weight, None
+
+
+def wrap(fn, dfn):
+    class Wrapper(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return fn(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * dfn(ctx.saved_tensors[0])
+
+    return Wrapper
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 3)
+
+    def forward(self, y):
+        return torch.tanh(self.layer(y))
+
+
+def step(y, h, fn):
+    return Step.apply(y, h, fn)
+
+
+def linear_tanh(x, layer):
+    return LinearTanh.apply(x, layer)
+
+
+def soft_sin(x):
+    return wrap(torch.sin, torch.cos).apply(x)
+"""
+
+LIVE_TESTS = """
+import pytest
+import torch
+
+import benchlib as lib
+
+N = {per}
+
+
+@pytest.mark.parametrize("i", range(N))
+def test_lambda(i):
+    y = torch.randn(4, 3, requires_grad=True)
+    lib.step(y, 0.1, lambda v: -v * (1 + i % 3)).sum().backward()
+    assert y.grad is not None
+
+
+@pytest.mark.parametrize("i", range(N))
+def test_bound_method(i):
+    net = lib.Net()
+    y = torch.randn(2 + i % 3, 3, requires_grad=True)
+    lib.step(y, 0.1, net.forward).sum().backward()
+    assert y.grad is not None
+
+
+@pytest.mark.parametrize("i", range(N))
+def test_module(i):
+    layer = torch.nn.Linear(3, 2 + i % 2)
+    x = torch.randn(4, 3, requires_grad=True)
+    lib.linear_tanh(x, layer).sum().backward()
+    assert x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("i", range(N))
+def test_class_per_call(i):
+    x = torch.randn(5, requires_grad=True)
+    lib.soft_sin(x).sum().backward()
+    assert torch.allclose(x.grad, torch.cos(x))
+
+
+@pytest.mark.parametrize("i", range(N))
+def test_module_twice(i):
+    layer = torch.nn.Linear(3, 3)
+    x = torch.randn(3, 3, requires_grad=True)
+    lib.linear_tanh(lib.linear_tanh(x, layer), layer).sum().backward()
+    assert x.grad is not None
+"""
+
+
+def _project(root: Path, tests: int, live: bool = False) -> None:
+    (root / "benchlib.py").write_text(textwrap.dedent(LIVE_LIB if live else LIB))
     (root / "tests").mkdir()
     # torch imported before the session starts on both sides (--afdb-record imports it at
     # configure time), so pytest's session time is collection and tests alone
     (root / "conftest.py").write_text("import torch  # noqa: F401\n")
-    (root / "tests" / "test_lib.py").write_text(textwrap.dedent(TESTS).format(per=tests // 5))
+    text = textwrap.dedent(LIVE_TESTS if live else TESTS).format(per=tests // 5)
+    (root / "tests" / "test_lib.py").write_text(text)
 
 
 def _once(root: Path, record: bool) -> tuple[float, float, float, str]:
@@ -232,10 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--calls", type=int, default=20000, help="apply calls per round of the per-call loop"
     )
+    parser.add_argument(
+        "--live", action="store_true", help="Functions that take lambdas, modules, methods"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="afdb-recording-cost-") as tmp:
         root = Path(tmp)
-        _project(root, args.tests)
+        _project(root, args.tests, args.live)
         _once(root, False)  # warm the file caches and bytecode for both sides
         sides: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
         summary = ""
@@ -252,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         return ", ".join(f"{r[i] / b[i]:.2f}" for b, r in zip(sides[False], sides[True]))
 
     print(
-        f"load average {os.getloadavg()[0]:.1f}; {args.tests} tests, {args.rounds} rounds each side"
+        f"load average {os.getloadavg()[0]:.1f}; {args.tests} tests"
+        f"{' (live values)' if args.live else ''}, {args.rounds} rounds each side"
     )
     for i, what in enumerate(("wall (whole process)", "CPU (whole process)", "pytest session")):
         print(

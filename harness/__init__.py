@@ -29,6 +29,7 @@ _PUBLIC = {
     "format_failures": "harness.api",
     "make_entry": "harness.entries",
     "load_recording": "harness.recording",
+    "check_recorded": "harness.cli.check_recorded",
 }
 
 __all__ = sorted(_PUBLIC)

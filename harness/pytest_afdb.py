@@ -72,13 +72,20 @@ def check_argv(config: Any, directory: str) -> list[str]:
         value = config.getoption(option, None)
         if value:
             argv += [flag, str(value)]
-    lines = list(config.getini("afdb_declare") or ()) + list(
-        config.getoption("afdb_declare", None) or ()
-    )
-    for line in lines:
-        if line.strip() and not line.strip().startswith("#"):
-            argv += ["--declare", line.strip()]
+    for line in declare_lines(config):
+        argv += ["--declare", line]
     return argv
+
+
+def declare_lines(config: Any) -> list[str]:
+    """The project's ``[tool.afdb]`` and ini lines (pytest's rootdir), then the options'."""
+    from harness.recorded.config import declaration_lines
+
+    return declaration_lines(
+        [str(v).strip() for v in config.getoption("afdb_declare", None) or ()],
+        folder=config.rootpath,
+        ini=list(config.getini("afdb_declare") or ()),
+    )
 
 
 class RecordedCheckSession:
@@ -102,6 +109,7 @@ class RecordedCheckSession:
         except SystemExit:
             raise UsageError(f"--afdb: the options make a wrong check: {' '.join(argv)}") from None
         args.argv = argv
+        args.declare_lines = list(args.declare or ())  # read once, from the project's files
         return args
 
     @pytest.hookimpl(trylast=True)
@@ -129,8 +137,9 @@ class RecordedCheckSession:
             got: list[str] = []
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 xdist = bool(getattr(self.config.option, "numprocesses", None))
+                live = recorder.live_calls() if recorder is not None and not xdist else None
                 status, result, found = _check(
-                    args, recording, classes, got.extend, tty, xdist=xdist
+                    args, recording, classes, got.extend, tty, xdist=xdist, live=live
                 )
         except UsageError as e:
             self.problem = str(e)
@@ -184,8 +193,11 @@ def _check(
     tty: bool,
     *,
     xdist: bool = False,
+    live: Any = None,
 ) -> Any:
     from harness.cli.check_recorded import check_recording
+
+    args.live_calls = live
 
     return check_recording(
         args, recording=recording, classes=classes, lines=lines, progress=bool(tty), xdist=xdist

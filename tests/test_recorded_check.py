@@ -84,7 +84,7 @@ def test_a_straight_through_gradient_fails_undeclared_and_passes_declared(tmp_pa
     assert main(["check", "--recorded", out, *FAST, "--declare", f"{target} gradient=custom"]) == 0
     text = capsys.readouterr().out
     assert f"  {target}  conforms (" in text
-    assert "1 Function called by 1 test; 1 checked (1 conform, 0 fail)" in text
+    assert "1 Function called by 1 test: 1 conform, 0 fail" in text
 
 
 def _mul_calls(cls, w_grad: bool):
@@ -135,7 +135,7 @@ def test_a_legacy_function_gets_the_eager_checks(tmp_path, capsys):
     assert main(["check", "--recorded", out, "-n", "0"]) == 0
     text = capsys.readouterr().out
     assert "tests.recorded_functions:Legacy  legacy: eager checks only, see " in text
-    assert "1 legacy (eager checks only)" in text
+    assert "1 conform (all legacy: eager checks only), 0 fail" in text
 
 
 def test_selection_by_prefix_and_an_unknown_prefix(tmp_path, capsys):
@@ -203,8 +203,8 @@ def test_functions_that_cannot_be_checked_are_listed_with_the_reason(capsys):
     assert "checked only in the recording process" in lines["t:f.<locals>.F"]
     assert lines["m:Unused"] == "never called"
     assert (
-        "5 Functions called by 3 tests; 1 checked (1 conform, 0 fail); 2 not recordable; "
-        "1 not importable here; 1 only called inside another Function; 1 never called"
+        "5 Functions called by 3 tests: 1 conform, 0 fail, 4 not checkable (1 not importable "
+        "here, 2 not recordable, 1 only called inside another Function), 1 not called"
     ) in text
 
 

@@ -66,12 +66,17 @@ def test_the_correct_project_conforms_under_pytest_afdb(project: Path):
     proc = run(project, *pytest_argv("--afdb"))
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
-    assert "10 passed" in out  # 7 in test_softlib.py, 3 in test_data_kinds.py
+    assert (
+        "16 passed" in out
+    )  # 7 in test_softlib.py, 3 in test_data_kinds.py, 6 in test_live_kinds.py
     assert "afdb: the Functions these tests called" in out
     for name in FUNCTIONS:
         assert "conforms (" in verdict(out, name), out
     assert verdict(out, "LegacyCube").startswith("legacy: eager checks only, see ")
-    assert "10 Functions called by 10 tests; 9 checked (9 conform, 0 fail); 1 legacy" in out
+    # softlib.functions' 7, softlib.data_kinds' 3 and softlib.live_kinds' 7
+    assert (
+        "17 Functions called by 16 tests: 17 conform (1 legacy: eager checks only), 0 fail" in out
+    )
 
 
 def test_the_planted_bugs_fail_the_session_though_its_tests_pass(project: Path):
@@ -82,13 +87,13 @@ def test_the_planted_bugs_fail_the_session_though_its_tests_pass(project: Path):
     )
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
-    assert "10 passed" in out  # the project's own tests do not see the bugs
+    assert "16 passed" in out  # the project's own tests do not see the bugs
     assert verdict(out, "ScaledTanh").startswith("FAIL: ") and "vmap" in verdict(out, "ScaledTanh")
     assert verdict(out, "SoftClamp").startswith("FAIL: ") and "in vjp" in verdict(out, "SoftClamp")
     for name in set(FUNCTIONS) - {"ScaledTanh", "SoftClamp", "LegacyCube"}:
         assert "conforms (" in verdict(out, name), out
     assert verdict(out, "LegacyCube").startswith("legacy: ")  # its checks are eager_*
-    assert "9 checked (7 conform, 2 fail)" in out
+    assert "17 Functions called by 16 tests: 14 conform, 2 fail, 1 nothing checked" in out
     cases = read_report(str(project / "r.json"))["cases"]
     bad = {c["entry"] for c in cases if c["status"] in ("fail", "error")}
     assert bad == {"softlib.functions:ScaledTanh", "softlib.functions:SoftClamp"}
@@ -153,7 +158,16 @@ def test_xdist_workers_are_checked_in_the_controller(project: Path):
     assert out.count("afdb: the Functions these tests called") == 1
     assert verdict(out, "ScaledTanh").startswith("FAIL: ")
     assert verdict(out, "SoftClamp").startswith("FAIL: ")
-    assert "10 Functions called by 10 tests; 9 checked (7 conform, 2 fail)" in out
+    # the workers' live values and classes made per call are gone in the controller
+    assert (
+        "17 Functions called by 16 tests: 11 conform, 2 fail, 1 nothing checked (every case "
+        "skipped), 1 live-only (need the recording process), 2 not checkable (2 not importable "
+        "here)"
+    ) in out
+    assert (
+        "1 call needs the recording process (a pytest-xdist worker): run `pytest --afdb` without -n"
+        in out
+    )
 
 
 def test_the_suites_own_pytest_does_not_collect_the_example():

@@ -117,32 +117,60 @@ def test_calls_under_a_transform_are_counted_not_recorded(tmp_path):
     assert scale.calls == () and scale.under_transform == 3 and scale.call_count == 3
 
 
-def test_nested_calls_name_the_outer_staticmethod_and_are_not_samples(tmp_path):
+def test_nested_calls_name_the_outer_staticmethod_and_are_samples_when_alone(tmp_path):
     with recording(tmp_path / "rec") as recorder:
         rf.Outer.apply(torch.ones(3, requires_grad=True)).sum().backward()
     rec = recorder.result()
     inner = rec.function(f"{MOD}:Inner")
-    assert inner.calls == () and inner.call_count == 2
+    assert inner.call_count == 2
     assert inner.nested_in == (f"{MOD}:Outer.backward", f"{MOD}:Outer.forward")
+    # no top-level call: the calls made inside Outer are its samples, saying where from
+    assert [c.where.split(" (inside ")[1] for c in inner.calls] == [
+        f"{MOD}:Outer.forward)",
+        f"{MOD}:Outer.backward)",
+    ]
     assert len(rec.function(f"{MOD}:Outer").calls) == 1
+    with recording(tmp_path / "both") as recorder:  # a top-level call too: only that one
+        rf.Inner.apply(torch.ones(4))
+        rf.Outer.apply(torch.ones(3, requires_grad=True)).sum().backward()
+    inner = recorder.result().function(f"{MOD}:Inner")
+    assert [c.args[0].shape for c in inner.calls] == [(4,)] and inner.call_count == 3
 
 
-def test_an_unrecordable_argument_is_named_and_counted(tmp_path):
+def test_a_value_that_is_not_data_is_kept_live_and_described(tmp_path):
+    from harness.recording.live import Live
+
     with recording(tmp_path / "rec") as recorder:
         for _ in range(2):
             rf.Options.apply(
                 torch.ones(2), 1, False, "add", torch.float32, Config(), {"b": torch.ones(2)}
             )
-        rf.Options.apply(
-            torch.ones(2), 1, False, "add", torch.float32, {1: 2}, {"b": torch.ones(2)}
-        )
     f = recorder.result().function(f"{MOD}:Options")
-    assert f.calls == () and f.call_count == 3
-    reasons = {s.reason: s.count for s in f.skipped}
-    assert reasons == {
-        "argument 5 is a `tests.test_recording_observe.Config`: not recordable": 2,
-        "argument 5 is a dict with a `int` key: not recordable (str keys only)": 1,
-    }
+    assert f.call_count == 2 and f.skipped == ()
+    (call,) = f.calls  # the same call twice: kept once
+    assert call.args[5] == Live("tests.test_recording_observe:Config", "")
+    (live,) = recorder.live_calls()[f"{MOD}:Options"].values()
+    assert type(live[0][5]) is Config and torch.equal(live[0][6]["b"], torch.ones(2))
+
+
+def test_a_value_that_cannot_be_copied_is_named_and_counted(tmp_path):
+    import threading
+
+    with recording(tmp_path / "rec") as recorder:
+        for _ in range(2):
+            rf.Options.apply(
+                torch.ones(2),
+                1,
+                False,
+                "add",
+                torch.float32,
+                threading.Lock(),
+                {"b": torch.ones(2)},
+            )
+    f = recorder.result().function(f"{MOD}:Options")
+    assert f.calls == () and f.call_count == 2
+    ((reason, count),) = [(s.reason, s.count) for s in f.skipped]
+    assert count == 2 and "cannot be copied for the check" in reason, reason
 
 
 def test_size_limits_name_the_call_and_keep_the_rest(tmp_path):

@@ -87,6 +87,10 @@ def _plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
 
 
 def _cast(a: Any, dtype: torch.dtype) -> Any:
+    if dtype == torch.float64 and not isinstance(a, torch.Tensor):
+        from harness.checks.finite_diff import upcast
+
+        return upcast(a)  # a live module (or its bound method) in float64 too
     if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()):
         if a.is_complex():
             return a.to(torch.complex128)

@@ -34,6 +34,7 @@ identity ``<J t, c> = <t, J^T c>`` with random directions ``t`` (large ones).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,7 +57,15 @@ Fn = Callable[..., Sequence[torch.Tensor]]
 
 
 def upcast(value: Any) -> Any:
-    """A detached float64 (complex128) copy of a floating (complex) tensor; other values as is."""
+    """A detached float64 (complex128) copy of a floating (complex) tensor; a float64 copy
+    of an ``nn.Module`` (its floating parameters and buffers), also behind a bound method
+    (a recorded call's live values); other values as is."""
+    if isinstance(value, torch.nn.Module):
+        import copy
+
+        return copy.deepcopy(value).to(torch.float64)
+    if isinstance(value, types.MethodType) and isinstance(value.__self__, torch.nn.Module):
+        return types.MethodType(value.__func__, upcast(value.__self__))
     if isinstance(value, torch.Tensor):
         value = value.detach()
         if value.is_complex():

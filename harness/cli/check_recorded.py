@@ -102,16 +102,21 @@ def recorded_run(
     xdist: bool = False,
 ) -> tuple[list[Any], Any]:
     """Every recorded Function (checkable or not) and the declarations by target."""
+    from harness.recorded.config import declaration_lines
     from harness.recorded.declare import parse_declarations
     from harness.recorded.entries import UNIMPORTABLE, UNIMPORTABLE_XDIST, recorded_entries
 
-    declarations = parse_declarations(args.declare or ())
+    lines = getattr(args, "declare_lines", None)
+    if lines is None:  # the project's files in the working directory, then --declare
+        lines = declaration_lines(args.declare or ())
+    declarations = parse_declarations(lines)
     recorded = recorded_entries(
         recording,
         classes=classes,
         declarations=declarations,
         default=_default_declaration(args),
         unimportable=UNIMPORTABLE_XDIST if xdist else UNIMPORTABLE,
+        live=getattr(args, "live_calls", None),
     )
     return recorded, declarations
 
@@ -172,6 +177,7 @@ def check_recording(
     from harness.recorded.repro_lines import one_declaration_repros
     from harness.recorded.verdicts import (
         note_never_differentiated,
+        report_metadata,
         summary_sentence,
         surrogate_hints,
         verdicts,
@@ -197,7 +203,9 @@ def check_recording(
     from harness.recorded.entries import unknown_declarations
 
     for name in unknown_declarations(declarations, everything):
-        print(f"note: --declare names {visible(name)}, which the recording does not hold")
+        given = any(line.split()[:1] == [name] for line in args.declare or ())
+        source = "--declare" if given else "a declaration of the project ([tool.afdb] or ini)"
+        print(f"note: {source} names {visible(name)}, which the recording does not hold")
     # batch sizes from every Function, so a case id does not depend on the selection
     options = shared_options([r.entry for r in everything if r.entry is not None], options, args)
     recorded = _select(everything, args.target) if args.target else everything
@@ -224,6 +232,7 @@ def check_recording(
         def annotate(res: RunResult) -> None:
             note_never_differentiated(res, recorded, options)
             one_declaration_repros(res, recorded, recording, classes)
+            res.metadata["recorded"] = report_metadata(recorded, verdicts(res, recorded))
 
         result = execute(
             entries,
@@ -283,16 +292,24 @@ def cmd_check_recorded(args: argparse.Namespace) -> int:
 
 
 def check_after_record(
-    directory: str, recording: Any, classes: Mapping[str, Any], declarations: Sequence[str]
+    directory: str,
+    recording: Any,
+    classes: Mapping[str, Any],
+    declarations: Sequence[str],
+    live: Mapping[str, Any] | None = None,
+    options: Sequence[str] = (),
 ) -> int:
-    """``afdb record --check``: the recording checked in the recording process."""
+    """``afdb record --check``: the recording checked in the recording process (``live``:
+    the recorder's live snapshots, ``Recorder.live_calls``; ``options``: more of ``afdb
+    check``'s options)."""
     from harness.cli.main import build_parser
 
-    argv = ["check", "--recorded", directory]
+    argv = ["check", "--recorded", directory, *options]
     for line in declarations:
         argv += ["--declare", line]
     args = build_parser().parse_args(argv)
     args.argv = argv
+    args.live_calls = live
     status, _, _ = check_recording(args, recording=recording, classes=classes)
     return status
 
@@ -316,6 +333,20 @@ def rebuild(config: Mapping[str, Any], names: Sequence[str]) -> tuple[list[Any],
     by_name = {r.entry.name: r.entry for r in found if r.entry is not None}
     target = RecordedTarget(config["directory"], tuple(config["declarations"]), default=default)
     return [by_name[n] for n in names if n in by_name], target
+
+
+def check_recorded(recorder: Any, *options: str, declare: Sequence[str] = ()) -> int:
+    """After ``with harness.recording(DIR) as recorder: ...``: check the recording in this
+    process, with its live classes and live values, as ``afdb record --check`` does;
+    ``options`` are ``afdb check``'s (``"--checks", "vjp"``). Returns the exit status."""
+    return check_after_record(
+        str(recorder.out_dir),
+        recorder.result(),
+        recorder.classes,
+        list(declare),
+        recorder.live_calls(),
+        options,
+    )
 
 
 def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Options]:

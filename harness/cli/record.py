@@ -237,7 +237,9 @@ def cmd_record(args: argparse.Namespace) -> int:
             from harness.recording import load_recording
 
             rec = load_recording(out_dir)
-            checked = check_after_record(str(out_dir), rec, recorder.classes, args.declare)
+            checked = check_after_record(
+                str(out_dir), rec, recorder.classes, args.declare or (), recorder.live_calls()
+            )
             return status if status else checked
     return status
 

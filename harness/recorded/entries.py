@@ -32,6 +32,18 @@ NOT_IMPORTABLE = "not importable"
 NESTED_ONLY = "nested only"
 #: Recorded as data, but an argument is of a kind the checks do not take (sparse, quantized).
 NOT_CHECKABLE = "not checkable"
+#: Every recorded call holds a value only the recording process had (a lambda, a module).
+LIVE_ONLY = "live only"
+#: What a check in another process says about such calls (and under pytest-xdist).
+NEEDS_PROCESS = "the recording process: run `pytest --afdb` or `afdb record --check`"
+NEEDS_PROCESS_XDIST = (
+    "the recording process (a pytest-xdist worker): run `pytest --afdb` without -n"
+)
+
+
+def needs_process(n: int, advice: str = NEEDS_PROCESS) -> str:
+    """``2 calls need the recording process: run ...``."""
+    return f"{n} call{'s need' if n != 1 else ' needs'} {advice}"
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,11 @@ class RecordedEntry:
     never_differentiated: tuple[int, ...] = ()
     declaration: Declaration | None = None
     nested_in: tuple[str, ...] = field(default_factory=tuple)
+    #: Recorded calls left out here because they hold live values (see ``LIVE_ONLY``).
+    live_only: int = 0
+    live_note: str = ""
+    #: Where the checked calls came from when every one was made inside another Function.
+    inside: tuple[str, ...] = ()
 
 
 def _custom_op(target: str) -> Any:
@@ -179,10 +196,16 @@ def recorded_entry(
     declarations: Mapping[str, Declaration] | None = None,
     default: Declaration | None = None,
     unimportable: str = UNIMPORTABLE,
+    live: Mapping[int, tuple[Any, ...]] | None = None,
+    packages: frozenset[str] = frozenset(),
 ) -> RecordedEntry:
     """One ``RecordedFunction`` as a ``RecordedEntry``; ``default`` applies where no
-    declaration names the Function (the command line's own capability flags)."""
+    declaration names the Function (the command line's own capability flags); ``live``:
+    the recording process's snapshots of the calls that hold live values, by their place;
+    ``packages``: the only packages a recorded reference may be imported from."""
     from harness.entries import make_entry
+    from harness.recorded.references import resolve
+    from harness.recording.live import Live, placeholders
 
     decl = (declarations or {}).get(function.target) or default
     common: dict[str, Any] = {
@@ -190,7 +213,7 @@ def recorded_entry(
         "call_count": int(function.call_count),
         "places": tuple(
             dict.fromkeys(
-                [c.where for c in function.calls if c.where]
+                [c.where.split(" (inside ", 1)[0] for c in function.calls if c.where]
                 + [s.where for s in function.skipped if s.where]
             )
         ),
@@ -224,6 +247,38 @@ def recorded_entry(
                 **common,
             )
         return RecordedEntry(function.target, NEVER_CALLED, **common)
+    inside_of: tuple[str, ...] = ()
+    if function.calls and all(" (inside " in c.where for c in function.calls):
+        inside_of = tuple(
+            dict.fromkeys(c.where.split(" (inside ", 1)[1].rstrip(")") for c in function.calls)
+        )
+    common["inside"] = inside_of
+    # the calls as this process can check them: live snapshots, references imported again
+    calls: list[tuple[int, Any, tuple[Any, ...], dict[str, Any]]] = []
+    needs = 0
+    for i, call in enumerate(function.calls):
+        held = placeholders([call.args, call.kwargs])
+        if not held:
+            calls.append((i, call, tuple(call.args), dict(call.kwargs)))
+        elif live and i in live:
+            calls.append((i, call, tuple(live[i][0]), dict(live[i][1])))
+        elif any(isinstance(h, Live) for h in held):
+            needs += 1
+        else:
+            where = f"{function.target} call {i}"
+            calls.append(
+                (
+                    i,
+                    call,
+                    resolve(tuple(call.args), packages, where),
+                    dict(resolve(dict(call.kwargs), packages, where)),
+                )
+            )
+    common["live_only"] = needs
+    advice = NEEDS_PROCESS_XDIST if unimportable == UNIMPORTABLE_XDIST else NEEDS_PROCESS
+    common["live_note"] = needs_process(needs, advice) if needs else ""
+    if not calls:
+        return RecordedEntry(function.target, LIVE_ONLY, note=common["live_note"], **common)
     try:
         cls = _load_class(function, classes, unimportable)
     except UsageError as e:
@@ -232,9 +287,9 @@ def recorded_entry(
     requires: list[list[bool]] = []
     problems: list[str] = []
     positional: list[tuple[Any, ...]] = []
-    for i, call in enumerate(function.calls):
+    for i, call, call_args, call_kwargs in calls:
         try:
-            args = _positional(cls, tuple(call.args), dict(call.kwargs), bool(function.legacy))
+            args = _positional(cls, call_args, call_kwargs, bool(function.legacy))
         except UsageError as e:
             problems.append(f"call {i} ({call.where}): {e}")
             continue
@@ -267,8 +322,15 @@ def recorded_entries(
     declarations: Mapping[str, Declaration] | None = None,
     default: Declaration | None = None,
     unimportable: str = UNIMPORTABLE,
+    live: Mapping[str, Mapping[int, tuple[Any, ...]]] | None = None,
 ) -> list[RecordedEntry]:
-    """Every Function of the recording (its order), then those of ``--source`` never called."""
+    """Every Function of the recording (its order), then those of ``--source`` never called.
+    ``live``: the recording process's live snapshots by target (``Recorder.live_calls``)."""
+    packages = frozenset(
+        f.target.split(":", 1)[0].split(".", 1)[0]
+        for f in recording.functions
+        if f.kind == "function"
+    )
     out = [
         recorded_entry(
             f,
@@ -276,6 +338,8 @@ def recorded_entries(
             declarations=declarations,
             default=default,
             unimportable=unimportable,
+            live=(live or {}).get(f.target),
+            packages=packages,
         )
         for f in recording.functions
     ]

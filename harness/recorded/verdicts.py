@@ -17,6 +17,7 @@ from typing import Any
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
 from harness.recorded.entries import (
     CHECKED,
+    LIVE_ONLY,
     NESTED_ONLY,
     NEVER_CALLED,
     NOT_CHECKABLE,
@@ -44,6 +45,7 @@ class Verdict:
     word: str
     line: str
     failing: bool
+    legacy: bool = False
 
 
 def _inputs_named(case: CaseResult) -> set[int]:
@@ -184,8 +186,9 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
                 NOT_IMPORTABLE: f"not checked: {r.note}",
                 NESTED_ONLY: f"not checked: {r.note}",
                 NOT_CHECKABLE: f"not checked: {r.note}",
+                LIVE_ONLY: f"not checked here: {r.note}",
             }[r.state]
-            out.append(Verdict(r.target, r.state, text, False))
+            out.append(Verdict(r.target, r.state, text, False, r.legacy))
             continue
         cases = by_entry.get(r.target, [])
         bad = any(c.status in BAD_STATUSES for c in cases)
@@ -201,8 +204,12 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
             word, text = "conforms", f"conforms ({counts['pass'] + counts['xfail']} cases)"
         if r.legacy:
             text = f"legacy: eager checks only, see {LEGACY_DOC}; {text}"
+        if r.inside:
+            text = f"{text}; from its calls inside {', '.join(r.inside)}"
+        if r.live_note:
+            text = f"{text}; {r.live_note}"
         text += _fixed_note(r)
-        out.append(Verdict(r.target, "legacy" if r.legacy and not bad else word, text, bad))
+        out.append(Verdict(r.target, word, text, bad, r.legacy))
     return out
 
 
@@ -218,45 +225,103 @@ def _fixed_note(r: RecordedEntry) -> str:
     return f"; {word} {which} as recorded in every batch slice (no call differentiated {it})"
 
 
+#: Why a reached Function could not be checked, as the summary counts it.
+_NOT_CHECKABLE = {
+    NOT_RECORDABLE: "not recordable",
+    NOT_IMPORTABLE: "not importable here",
+    NESTED_ONLY: "only called inside another Function",
+    NOT_CHECKABLE: "sparse or quantized arguments",
+}
+
+
+def summary_counts(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]) -> dict:
+    """Every Function reached, counted once: the numbers the summary sentence, the JSON
+    report (``metadata.recorded``) and the Markdown report say."""
+    by_target = {v.target: v for v in found}
+    called = [r for r in recorded if r.state != NEVER_CALLED or r.call_count]
+    places = {p for r in called for p in r.places}
+    verdict = [by_target[r.target] for r in called if r.state == CHECKED]
+    not_checkable = Counter(_NOT_CHECKABLE[r.state] for r in called if r.state in _NOT_CHECKABLE)
+    never_called = [r for r in recorded if r.state == NEVER_CALLED and not r.call_count]
+    counts: dict[str, Any] = {
+        "functions": len(called),
+        "places": len(places),
+        "tests": bool(places) and all("::" in p for p in places),
+        "conform": sum(v.word == "conforms" for v in verdict),
+        "fail": sum(v.failing for v in verdict),
+        "legacy_conform": sum(v.word == "conforms" and v.legacy for v in verdict),
+        "legacy_fail": sum(v.failing and v.legacy for v in verdict),
+        "nothing_checked": sum(v.word == "nothing checked" for v in verdict),
+        "not_run": sum(v.word == "not run" for v in verdict),
+        "live_only": sum(r.state == LIVE_ONLY for r in called),
+        "not_checkable": dict(sorted(not_checkable.items())),
+        "never_called": len(never_called),
+    }
+    counted = (
+        counts["conform"]
+        + counts["fail"]
+        + counts["nothing_checked"]
+        + counts["not_run"]
+        + counts["live_only"]
+        + sum(not_checkable.values())
+    )
+    counts["other"] = len(called) - counted  # none: every reached Function is counted once
+    return counts
+
+
+def _legacy_note(n: int, of: int) -> str:
+    if not n:
+        return ""
+    return " (all legacy: eager checks only)" if n == of else f" ({n} legacy: eager checks only)"
+
+
 def summary_sentence(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]) -> str:
-    """ "11 Functions called by 240 tests; 9 checked (7 conform, 2 fail), 1 legacy ..."."""
+    """ "12 Functions called by 40 tests: 2 conform, 10 fail (all legacy: eager checks
+    only), 1 not called": every Function reached counted once."""
+    return sentence_of(summary_counts(recorded, found))
+
+
+def sentence_of(counts: dict) -> str:
+    """The summary sentence of ``summary_counts``' numbers."""
     from harness.reports.grouping import plural
 
-    by_target = {v.target: v for v in found}
-    called = [r for r in recorded if r.call_count or r.state not in (NEVER_CALLED,)]
-    places = {p for r in recorded for p in r.places}
-    tests = all("::" in p for p in places) and places
+    n = counts["places"]
     where = (
-        f" by {plural(len(places), 'test')}"
-        if tests
-        else (f" from {plural(len(places), 'place')}" if places else "")
+        f" by {plural(n, 'test')}"
+        if counts["tests"]
+        else (f" from {plural(n, 'place')}" if n else "")
     )
-    checked = [r for r in called if r.state == CHECKED and not r.legacy]
-    legacy = [r for r in called if r.state == CHECKED and r.legacy]
-    fail = sum(by_target[r.target].failing for r in checked)
-    conform = sum(by_target[r.target].word == "conforms" for r in checked)
-    other = len(checked) - fail - conform
-    parts = [f"{plural(len(called), 'Function')} called{where}"]
-    inner = [f"{conform} conform", f"{fail} fail"] + ([f"{other} nothing checked"] if other else [])
-    parts.append(f"{len(checked)} checked ({', '.join(inner)})")
-    if legacy:
-        lfail = sum(by_target[r.target].failing for r in legacy)
-        parts.append(
-            f"{len(legacy)} legacy (eager checks only" + (f", {lfail} fail" if lfail else "") + ")"
-        )
-    counts = Counter(r.state for r in called)
-    for state, words in (
-        (NOT_RECORDABLE, "not recordable"),
-        (NOT_IMPORTABLE, "not importable here"),
-        (NESTED_ONLY, "only called inside another Function"),
-        (NOT_CHECKABLE, "not checkable (sparse or quantized arguments)"),
-    ):
-        if counts[state]:
-            parts.append(f"{counts[state]} {words}")
-    never = [r for r in recorded if r.state == NEVER_CALLED and not r.call_count]
-    if never:
-        parts.append(f"{len(never)} never called")
-    return "; ".join(parts)
+    parts = [
+        f"{counts['conform']} conform" + _legacy_note(counts["legacy_conform"], counts["conform"]),
+        f"{counts['fail']} fail" + _legacy_note(counts["legacy_fail"], counts["fail"]),
+    ]
+    if counts["nothing_checked"]:
+        parts.append(f"{counts['nothing_checked']} nothing checked (every case skipped)")
+    if counts["not_run"]:
+        parts.append(f"{counts['not_run']} not run")
+    if counts["live_only"]:
+        parts.append(f"{counts['live_only']} live-only (need the recording process)")
+    blocked = counts["not_checkable"]
+    if blocked:
+        why = ", ".join(f"{k} {w}" for w, k in blocked.items())
+        parts.append(f"{sum(blocked.values())} not checkable ({why})")
+    if counts.get("other"):
+        parts.append(f"{counts['other']} other")
+    if counts["never_called"]:
+        parts.append(f"{counts['never_called']} not called")
+    head = f"{plural(counts['functions'], 'Function')} called{where}"
+    return f"{head}: {', '.join(parts)}"
+
+
+def report_metadata(recorded: Sequence[RecordedEntry], found: Sequence[Verdict]) -> dict:
+    """What the JSON and Markdown reports say of the recorded Functions: the summary's
+    numbers, its sentence, and one line per Function."""
+    counts = summary_counts(recorded, found)
+    return {
+        **counts,
+        "sentence": sentence_of(counts),
+        "verdicts": [{"target": v.target, "verdict": v.word, "line": v.line} for v in found],
+    }
 
 
 def failing(found: Sequence[Verdict]) -> bool:

@@ -19,6 +19,7 @@ original ``apply`` without a graph break; record the eager run).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -32,7 +33,9 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.locations import location
+from harness.recording import live as live_values
 from harness.recording import store
+from harness.recording.live import class_suffix
 from harness.recording.refs import packages_of
 from harness.recording.selection import Selector, combination
 from harness.recording.values import NotRecordable, fast_key, snapshot, stored
@@ -73,6 +76,12 @@ class _Seen:
     #: Combination of each distinct call already seen, by ``values.fast_key`` (a repeat
     #: then costs no snapshot).
     fast: dict[Any, str] = field(default_factory=dict)
+    #: Calls made only inside another Function (kept when no top-level call is).
+    inner_calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
+    inner_keys: set[str] = field(default_factory=set)
+    #: The live snapshots of calls that hold live values, by their place in ``calls``.
+    live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
+    inner_live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
 
     def skip(self, reason: str, where: str, order: list[int]) -> None:
         if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
@@ -137,6 +146,7 @@ class Recorder:
         self.total_limit = total_limit
         self.program = program if program is not None else _default_program()
         self.classes: dict[str, type] = {}
+        self._suffixes: dict[str, dict[str, str]] = {}
         self._seen: dict[str, _Seen] = {}
         self._by_class: dict[Any, _Seen | None] = {}
         self._codes: dict[CodeType, str] = {}
@@ -267,6 +277,9 @@ class Recorder:
             return None
         qual = getattr(cls, "__qualname__", cls.__name__)
         target = f"{module}:{qual}"
+        if "<locals>" in qual:  # made per call: named apart by what its closures hold
+            with contextlib.suppress(Exception):
+                target += class_suffix(cls)
         seen = self._seen.get(target)
         if seen is None:
             seen = self._seen[target] = _Seen(
@@ -358,28 +371,46 @@ class Recorder:
         if torch._C._are_functorch_transforms_active():
             seen.under_transform += 1
             return
+        calls, keys, lives = seen.calls, seen.keys, seen.live
+        inner = nested is not None
         if nested is not None:
             seen.nested_in.add(nested)
-            return
-        fast = fast_key(args, kwargs)
+            if seen.calls or len(seen.inner_calls) >= self.max_calls:
+                return
+            # recorded from these calls only while no top-level call is (the first K)
+            calls, keys, lives = seen.inner_calls, seen.inner_keys, seen.inner_live
+            where = f"{where} (inside {nested})"
+        fast = None if inner else fast_key(args, kwargs)
         known = seen.fast.get(fast) if fast is not None else None
         if known is not None:  # a repeat of a distinct call already seen
             seen.selector.seen(known, where)
             return
+        snap: Any
         try:
             snap = snapshot(args, kwargs, seen.allowed)
         except NotRecordable as e:
-            seen.skip(str(e), where, order)
-            return
+            try:  # live values: kept as a snapshot, checked in this process
+                package = seen.target.split(":", 1)[0].split(".", 1)[0]
+                room = self.total_limit - self._stored
+                snap = live_values.snapshot(
+                    args, kwargs, package, keys, (self.tensor_limit, room), seen.allowed
+                )
+            except NotRecordable as e2:
+                seen.skip(str(e2) if "cannot be copied" in str(e2) else str(e), where, order)
+                return
+            if snap is None:  # a repeat of a live call already kept
+                return
         combo = combination(snap.args, snap.kwargs)
-        if seen.selector.seen(combo, where) is None:
+        if not inner and seen.selector.seen(combo, where) is None:
             return
-        if snap.key in seen.keys:
+        if snap.key in keys:
             if fast is not None and len(seen.fast) < _MAX_FAST:
                 seen.fast[fast] = combo
             return
-        for t in snap.tensors:
-            size = t.numel() * t.element_size()
+        sizes = [t.numel() * t.element_size() for t in snap.tensors]
+        if isinstance(snap, live_values.LiveSnapshot):
+            sizes.append(snap.biggest)
+        for size in sizes:
             if size > self.tensor_limit:
                 seen.skip(
                     f"a tensor argument of {_mib(size)} is over the per-tensor limit of "
@@ -388,15 +419,18 @@ class Recorder:
                     order,
                 )
                 return
-        keep, replaced, priority = seen.selector.offer(combo)
-        seen.keys.add(snap.key)
+        if inner:  # the first K distinct calls inside other Functions
+            keep, replaced, priority = True, None, (0, 0)
+        else:
+            keep, replaced, priority = seen.selector.offer(combo)
+        keys.add(snap.key)
         if fast is not None and len(seen.fast) < _MAX_FAST:
             seen.fast[fast] = combo
         if not keep:
             return
         freed = seen.sizes[seen.selector.worst()] if replaced is not None else 0
         if self._stored - freed + snap.nbytes > self.total_limit:
-            seen.keys.discard(snap.key)
+            keys.discard(snap.key)
             seen.fast.pop(fast, None)
             seen.skip(
                 f"its tensors ({_mib(snap.nbytes)}) would take the recording over its total "
@@ -410,13 +444,21 @@ class Recorder:
             seen.selector.drop(position)
             seen.calls.pop(position)
             self._stored -= seen.sizes.pop(position)
+            # the live snapshots follow their calls' places
+            seen.live = {
+                (i if i < position else i - 1): v for i, v in seen.live.items() if i != position
+            }
+            lives = seen.live
         nodes = store._tensor_nodes([snap.args, snap.kwargs])
         copies = [stored(t, node) for t, node in zip(snap.tensors, nodes, strict=True)]
         self._stored += snap.nbytes
-        seen.selector.keep(combo, priority)
         call = {"where": where, "order": order, "args": snap.args, "kwargs": snap.kwargs}
-        seen.calls.append((call, copies))
-        seen.sizes.append(snap.nbytes)
+        if isinstance(snap, live_values.LiveSnapshot):
+            lives[len(calls)] = (snap.live_args, snap.live_kwargs, where)
+        calls.append((call, copies))
+        if not inner:
+            seen.selector.keep(combo, priority)
+            seen.sizes.append(snap.nbytes)
 
     def _failed(self, what: Any, error: Exception) -> None:
         """The observer itself failed on a call: named as that call's skip reason."""
@@ -456,7 +498,7 @@ class Recorder:
                     under_transform=seen.under_transform,
                     nested_in=sorted(seen.nested_in),
                     skipped=list(seen.skipped.values()),
-                    calls=seen.calls,
+                    calls=seen.calls or seen.inner_calls,
                     not_kept=seen.selector.not_kept(),
                 )
                 docs.append(doc)
@@ -465,6 +507,16 @@ class Recorder:
             called = set(self._seen)
         never = [t for t in functions_in(self.sources) if t not in called]
         return store.document(self.program, self.limits(), never, docs), files
+
+    def live_calls(self) -> dict[str, dict[int, tuple[tuple[Any, ...], dict[str, Any], str]]]:
+        """The live snapshots by target and place among the written calls: what a check in
+        this process uses for the calls whose arguments are not data."""
+        with self._lock:
+            return {
+                t: dict(s.live if s.calls else s.inner_live)
+                for t, s in self._seen.items()
+                if (s.live if s.calls else s.inner_live)
+            }
 
     def write(self) -> None:
         doc, files = self.document()

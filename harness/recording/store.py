@@ -25,7 +25,7 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.locations import portable_path
-from harness.recording import selection, tensorfile, values
+from harness.recording import live, selection, tensorfile, values
 from harness.recording.model import (
     NotKept,
     RecordedCall,
@@ -326,8 +326,8 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
         for j, call in enumerate(fn["calls"]):
             at = f"{label}: functions[{i}].calls[{j}]"
             try:
-                args = tuple(values.restore(a, tensors, allowed) for a in call["args"])
-                kwargs = {k: values.restore(v, tensors, allowed) for k, v in call["kwargs"].items()}
+                args = tuple(live.restore(a, tensors, allowed) for a in call["args"])
+                kwargs = {k: live.restore(v, tensors, allowed) for k, v in call["kwargs"].items()}
             except values.BadNode as e:
                 raise RecordingError(f"{at}: {e}") from None
             calls.append(RecordedCall(args, kwargs, call["where"]))

@@ -29,10 +29,25 @@ def summary_line(rec: Recording, out_dir: str | Path, verb: str = "recorded") ->
 
 def describe(rec: Recording) -> list[str]:
     """One line per Function (and per Function never called) of a recording."""
+    from harness.recording.live import Live, placeholders
+
     lines = []
     for f in rec.functions:
         kind = "custom op" if f.kind == "custom_op" else ("legacy" if f.legacy else "Function")
         text = f"{f.target} ({kind}): {_n(len(f.calls), 'call')} kept of {f.call_count} seen"
+        live = [
+            c for c in f.calls if any(isinstance(v, Live) for v in placeholders([c.args, c.kwargs]))
+        ]
+        if live:
+            kinds = sorted(
+                {
+                    v.type
+                    for c in live
+                    for v in placeholders([c.args, c.kwargs])
+                    if isinstance(v, Live)
+                }
+            )
+            text += f"; {_n(len(live), 'call')} live-only ({', '.join(kinds)})"
         if not f.importable:
             text += "; not importable (defined in __main__ or inside a function)"
         if f.under_transform:

@@ -254,6 +254,19 @@ def metadata_markdown(md: dict[str, Any]) -> list[str]:
     return lines
 
 
+def recorded_markdown(md: dict[str, Any]) -> list[str]:
+    """``afdb check --recorded``'s summary sentence and one row per Function (its numbers
+    are the terminal's: both come from ``metadata.recorded``)."""
+    rec = md.get("recorded")
+    if not isinstance(rec, dict) or not rec.get("sentence"):
+        return []
+    lines = ["", "## Recorded Functions", "", md_escape(str(rec["sentence"])), ""]
+    lines += ["| Function | verdict |", "|---|---|"]
+    for v in rec.get("verdicts") or ():
+        lines.append(f"| {md_escape(str(v.get('target')))} | {md_escape(str(v.get('line')))} |")
+    return lines
+
+
 def hazard_markdown(result: RunResult) -> list[str]:
     """The hazard probe's own section (only when the run had hazard cases)."""
     cases = [c for c in result.cases if c.check == "vmap_hazard"]
@@ -397,6 +410,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
             "was stopped.",
         ]
     lines += ["", *metadata_markdown(md)]
+    lines += recorded_markdown(md)
     matrix = result.matrix()
     checks = check_order(result)
     lines += ["", "## Entry x check", "", "| entry | " + " | ".join(map(md_escape, checks)) + " |"]

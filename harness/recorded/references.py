@@ -1,0 +1,87 @@
+"""Recorded references and wrapper subclasses, made live again when a Function is checked.
+
+A recording names objects (``{"ref": ...}``: a module-level function or instance; a
+traceable wrapper tensor subclass's class) that only a check imports: reading a recording
+imports nothing. ``resolve`` imports a reference only from the packages whose Functions the
+recording holds (a subclass's class also from torch), and refuses, in one line, a name
+outside them or one that is not the recorded kind of object: a hostile or stale recording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.core.errors import UsageError
+from harness.recording.live import Ref, Wrapped, _top, type_name
+
+
+def _load(target: str, where: str, what: str) -> Any:
+    from harness.targets import load_attr
+
+    try:
+        return load_attr(target, f"{where}: {what}")
+    except UsageError as e:
+        raise UsageError(f"{e}; record again") from None
+    except Exception as e:
+        raise UsageError(
+            f"{where}: {what} {target!r} does not load here ({type(e).__name__}: "
+            f"{str(e)[:200]}); record again"
+        ) from None
+
+
+def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
+    """``value`` with its ``Ref``s imported again (only modules of ``packages``, the
+    recording's own, each an object of the recorded type) and its wrapper subclasses
+    rebuilt (classes of torch or of ``packages``). A reference that
+    breaks either rule is a hostile or stale recording: UsageError, one line."""
+    if isinstance(value, Ref):
+        module, _, qual = value.target.partition(":")
+        if not module or not qual or _top(module) not in packages:
+            raise UsageError(
+                f"{where}: refers to {value.target!r}, outside the packages whose Functions "
+                f"the recording holds ({', '.join(sorted(packages))}); refused"
+            )
+        obj = _load(value.target, where, "the reference")
+        if type_name(obj) != value.type:
+            raise UsageError(
+                f"{where}: {value.target!r} is a `{type_name(obj)}` here, the recording says "
+                f"a `{value.type}`; refused (record again)"
+            )
+        return obj
+    if isinstance(value, Wrapped):
+        module = value.cls.partition(":")[0]
+        if _top(module) not in packages | {"torch"}:
+            raise UsageError(
+                f"{where}: names the tensor subclass {value.cls!r}, outside torch and the "
+                f"packages whose Functions the recording holds; refused"
+            )
+        return _rebuild(value, where)
+    if type(value) in (tuple, list):
+        items = [resolve(v, packages, where) for v in value]
+        return tuple(items) if type(value) is tuple else items
+    if type(value) is dict:
+        return {k: resolve(v, packages, where) for k, v in value.items()}
+    return value
+
+
+def _rebuild(value: Wrapped, where: str) -> torch.Tensor:
+    """The wrapper subclass again: its class imported (a ``torch`` module, or one of the
+    recording's packages, checked by ``resolve`` before) and ``__tensor_unflatten__``."""
+    cls = _load(value.cls, where, "the tensor subclass")
+    try:
+        ok = isinstance(cls, type) and issubclass(cls, torch.Tensor)
+        if not ok or not hasattr(cls, "__tensor_unflatten__"):
+            raise TypeError("not a traceable wrapper tensor subclass")
+        out = cls.__tensor_unflatten__(
+            dict(value.inner), value.meta, torch.Size(value.shape), value.strides
+        )
+    except Exception as e:
+        raise UsageError(
+            f"{where}: the tensor subclass {value.cls!r} cannot be rebuilt here "
+            f"({type(e).__name__}: {str(e)[:200]}); refused"
+        ) from None
+    if type(out) is not cls or list(out.shape) != list(value.shape):
+        raise UsageError(f"{where}: {value.cls!r} rebuilt as something else; refused")
+    return out.requires_grad_(True) if value.requires_grad else out
