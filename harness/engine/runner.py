@@ -67,6 +67,7 @@ from harness.engine.isolation import (
     time_limit,
     watch_user_interrupt,
 )
+from harness.engine.refusals import refusal
 from harness.engine.timeouts import TimeoutLedger, hung_message, not_run_message
 from harness.plans.plan import DtypeLeg
 
@@ -90,6 +91,12 @@ def _raised(case: Case, e: BaseException) -> tuple[str, str]:
             "Exception)"
         )
     return blamed(e, where)  # the suite's own bug is ``internal``, never the Function's
+
+
+def _where(case: Case, message: str) -> str:
+    """``message`` preceded by the check and plan it came from."""
+    where = f"{case.check} {case.plan.id}" if case.plan else case.check
+    return f"{where}: {message}"
 
 
 def _sample_of(data: EntryData, case: Case) -> Sample | Sequence[Sample] | None:
@@ -200,7 +207,11 @@ def _run_case(
                     if isinstance(e, KeyboardInterrupt) and interrupt.seen:
                         raise
                     describing = True  # the Function's __str__ runs here, under the limit
-                    result.status, result.message = _raised(case, e)
+                    refused = refusal(data.entry, case.check, e)
+                    if refused:  # torch refusing a transform the Function never claimed
+                        result.status, result.message = UNSUPPORTED, _where(case, refused)
+                    else:
+                        result.status, result.message = _raised(case, e)
                     describing = False
         except CheckFailure as e:
             result.status, result.message = FAIL, safe_str(e)
