@@ -34,6 +34,7 @@ from harness.core.results import (
     XFAIL,
     CaseResult,
 )
+from harness.core.state_notes import RESTORED, case_note
 from harness.core.textsafe import cap, safe_str
 from harness.core.torch_warnings import load_jvp_decompositions
 from harness.engine import children
@@ -238,8 +239,9 @@ def _run_case(
             leaked += restore_global(global_state)
             leaked += limit.leaks
             killed = children.kill_new(processes)
+            killed_text = children.describe(killed) if killed else ""
             if killed:
-                leaked.append(children.describe(killed))
+                leaked.append(killed_text)
             case_ended(state, global_state)  # what the restores just put back
             started = note_threads(case.id, threads)
     if limit.expired and result.status != TIMEOUT:
@@ -263,13 +265,19 @@ def _run_case(
         )
         result.message = f"{result.message}; {note}" if result.message else note
     elif leaked and result.status != TIMEOUT:
-        note = "the Function " + "; ".join(leaked) + " (restored before the next case)"
+        restored = [p for p in leaked if p != killed_text]
         if result.status == INTERNAL:
             # The suite's own code failed on the state the Function left: the Function's.
+            note = "the Function " + "; ".join(leaked) + f" ({RESTORED})"
             result.status, result.message = ERROR, tripped_over(note, result.message)
         else:
-            if result.status == PASS:
+            # State put back is the suite's hygiene: a note, never the case's status. Child
+            # processes it had to kill are not state put back: those stay the case's error.
+            if killed_text and result.status == PASS:
                 result.status = ERROR
+            parts = [case_note(restored)] if restored else []
+            parts += [f"the Function {killed_text}"] if killed_text else []
+            note = "; ".join(parts)
             result.message = f"{result.message}; {note}" if result.message else note
     elif killed:
         result.message += "; " + children.describe(killed)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
+from harness.core.state_notes import verdict_note
 from harness.recorded.entries import (
     CHECKED,
     NESTED_ONLY,
@@ -117,6 +118,9 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
             word, text = "conforms", f"conforms ({counts['pass'] + counts['xfail']} cases)"
         if r.legacy:
             text = f"legacy: eager checks only, see {LEGACY_DOC}; {text}"
+        noted = verdict_note(cases)  # state it left changed, put back: a note, not a verdict
+        if noted:
+            text = f"{text}; {noted}"
         out.append(Verdict(r.target, "legacy" if r.legacy and not bad else word, text, bad))
     return out
 
