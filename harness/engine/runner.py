@@ -38,7 +38,7 @@ from harness.core.state_notes import RESTORED, case_note
 from harness.core.textsafe import cap, safe_str
 from harness.core.torch_warnings import load_jvp_decompositions
 from harness.engine import children
-from harness.engine.blame import blamed, blamed_reference, tripped_over
+from harness.engine.blame import apply_note, blamed, blamed_reference, tripped_over
 from harness.engine.case_state import (
     GlobalState,
     between_cases,
@@ -213,6 +213,8 @@ def _run_case(
                         result.status, result.message = UNSUPPORTED, _where(case, refused)
                     else:
                         result.status, result.message = _raised(case, e)
+                        if result.status == ERROR:  # torch's apply raised: name forward
+                            result.message += apply_note(data.entry.function, e)
                     describing = False
         except CheckFailure as e:
             result.status, result.message = FAIL, safe_str(e)
