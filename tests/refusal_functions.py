@@ -143,3 +143,22 @@ class LegacyRaisesUnderVmap(torch.autograd.Function):
         if torch._C._functorch.is_batchedtensor(g):
             raise ValueError("this backward does not take batched gradients")
         return 2 * g
+
+
+class LegacyCheckpoint(torch.autograd.Function):
+    """sin(x), checkpointed: backward recomputes the forward under enable_grad and calls
+    torch.autograd.grad (torch_struct's CheckpointSemiring does so); torch.func refuses
+    requires_grad_() inside vmap."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            xx = x.detach().requires_grad_(True)
+            (gx,) = torch.autograd.grad(xx.sin(), xx, g)
+        return gx

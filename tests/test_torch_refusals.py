@@ -49,6 +49,7 @@ def test_in_place_scatter_add_gather_out_and_a_buffer_write_are_named():
         (rf.LegacyGather, rf.gather_samples, "in-place `scatter_add_`"),
         (rf.LegacyGatherOut, rf.one_sample, "`aten::gather.out` has no batching rule"),
         (rf.LegacyAccumulate, rf.one_sample, "a batched value is written into an unbatched"),
+        (rf.LegacyCheckpoint, rf.one_sample, "cannot run eager autograd (requires_grad_()"),
     ):
         r = harness.check(fn, samples, checks=[GRAD, "eager_vjp"], nondiff_args=())
         assert _statuses(r, "eager_vjp") == {"pass"}, fn.__name__

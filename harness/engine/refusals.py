@@ -114,6 +114,14 @@ SIGNATURES = (
         "replace the branch with torch.where",
     ),
     _sig(
+        VMAP,
+        r"You are attempting to call Tensor\.requires_grad_\(\) \(or perhaps using "
+        r"torch\.autograd\.functional\.\* APIs\) inside of a function being transformed",
+        "torch.func cannot run eager autograd (requires_grad_(), torch.autograd.grad) inside "
+        "a transformed function",
+        "compute the gradient with torch.func.vjp in the backward, or without autograd",
+    ),
+    _sig(
         DOUBLE_BACKWARD,
         r"(\w+)\(\): functions with out=\.\.\. arguments don't support automatic differentiation",
         "`{op}` with out= cannot be differentiated (autograd refuses out= ops)",
@@ -130,8 +138,8 @@ SIGNATURES = (
         DOUBLE_BACKWARD,
         r"a (?:view of a )?leaf Variable that requires grad is (?:being )?used in an in-place "
         r"operation",
-        "an in-place op on a tensor that requires grad (the backward modifies its grad_output "
-        "or a saved input in place)",
+        "an in-place write into a tensor that requires grad (one made with "
+        "requires_grad=True, the backward's grad_output or a saved input)",
         "use out-of-place ops in backward",
     ),
     _sig(
