@@ -178,6 +178,8 @@ def not_claimed(entry: Entry, capability: str) -> str:
     if capability == VMAP:
         if not caps.setup_context and entry.custom_op is None:
             return "a legacy forward(ctx, ...) Function claims no vmap support"
+        if caps.vmap == VMAP_NONE and entry.custom_op is not None:
+            return "the custom op claims no vmap support (no register_vmap rule)"
         if caps.vmap == VMAP_NONE:
             return (
                 "the Function claims no vmap support (no vmap staticmethod, no generate_vmap_rule)"
