@@ -88,6 +88,9 @@ class Capabilities:
     nondiff_args: tuple[int, ...] = ()
     randomness: bool = False
     once_differentiable: bool = False
+    #: ``double_backward=True`` was given explicitly: the Function claims double backward, so
+    #: torch refusing it (an ``out=`` op in backward) is its ``error``, not ``unsupported``.
+    double_backward_declared: bool = False
 
     def describe(self) -> list[str]:
         """Short phrases for what the Function claims (``afdb list``, ``afdb check``)."""
@@ -126,6 +129,8 @@ class Capabilities:
             setup_context=_overrides(function, "setup_context"),
             once_differentiable=once,
         )
+        if overrides.get("double_backward") is True:
+            overrides = {**overrides, "double_backward_declared": True}
         return dataclasses.replace(caps, **overrides) if overrides else caps
 
 

@@ -343,10 +343,13 @@ def no_derivative_note(result: RunResult) -> str:
 
 def verdict_line(result: RunResult) -> str:
     """``PASS: 68 cases: 16 pass, 52 unsupported``, and ``; no derivative checked (...)``
-    when no check that differentiates compared anything."""
+    when no check that differentiates compared anything, and the global state the Function
+    left changed (``harness.core.state_notes``: put back, a note, not a verdict)."""
+    from harness.core.state_notes import verdict_note
+
     line = f"{result.verdict}: {result.summary_line()}"
-    note = no_derivative_note(result)
-    return f"{line}; {note}" if note else line
+    notes = [n for n in (no_derivative_note(result), verdict_note(result.cases)) if n]
+    return "; ".join([line, *notes])
 
 
 def summary_notes(result: RunResult) -> list[str]:

@@ -128,6 +128,8 @@ def _custom_op_capabilities(op: Any, overrides: dict[str, Any]) -> Capabilities:
         double_backward=backward,
         setup_context=True,
     )
+    if overrides.get("double_backward") is True:
+        overrides = {**overrides, "double_backward_declared": True}
     return dataclasses.replace(caps, **overrides) if overrides else caps
 
 

@@ -168,7 +168,8 @@ def test_a_leaked_transform_level_the_suite_trips_over_is_the_functions_error():
     statuses = Counter(c.status for c in r.cases)
     assert "internal" not in statuses, [c.message for c in r.cases if c.status == "internal"][:2]
     leaked = [c for c in r.cases if "left 1 torch.func transform level" in c.message]
-    assert leaked and all(c.status == "error" for c in leaked)
+    # a note where the case itself went through (issue 34), never internal
+    assert leaked and all(c.status in ("pass", "fail", "error") for c in leaked)
     tripped = [c for c in r.cases if "the suite's code that ran after it failed" in c.message]
     assert tripped, statuses  # the cases that used to read as internal errors
     assert all(c.message.startswith("the Function left 1 torch.func") for c in tripped)
@@ -176,12 +177,13 @@ def test_a_leaked_transform_level_the_suite_trips_over_is_the_functions_error():
     _clean_state()
 
 
-def test_signals_left_blocked_are_the_functions_error_and_unblocked():
+def test_signals_left_blocked_are_noted_and_unblocked():
     import signal
 
     r = check(bf.BlocksAlarm, bf.samples, checks=["vmap"], timeout_s=30)
-    assert r.cases and {c.status for c in r.cases} == {"error"}, [c.message for c in r.cases]
-    assert all("left signals blocked (SIGALRM)" in c.message for c in r.cases)
+    # put back by the suite: a note on each case, not its status (issue 34, part 4)
+    assert r.cases and {c.status for c in r.cases} == {"pass"}, [c.message for c in r.cases]
+    assert all("note: the Function left signals blocked (SIGALRM)" in c.message for c in r.cases)
     assert signal.SIGALRM not in signal.pthread_sigmask(signal.SIG_BLOCK, ())
 
 

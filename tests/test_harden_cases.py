@@ -199,8 +199,10 @@ def test_leaked_global_state_is_reported_on_its_case_and_restored(action, phrase
     fn = hs.leaves(action)
     r = check(fn, hs.samples, checks=["vmap"])
     first, rest = r.cases[0], r.cases[1:]
-    assert first.status == "error", first.message
-    assert phrase in first.message and "restored before the next case" in first.message
+    # put back by the suite: a note on the case that changed it, never its status (issue 34)
+    assert first.status == "pass", first.message
+    assert f"note: the Function {phrase}" in first.message
+    assert "restored before the next case" in first.message
     assert rest and all(c.status == "pass" for c in rest), [c.message for c in rest]
     after = GlobalState.capture()
     assert after == before, (before, after)
@@ -267,7 +269,7 @@ def test_no_isolate_report_lands_where_named_when_the_function_changes_cwd(
             "r.json",
         ]
     )
-    assert code == 1  # the case that changed the directory is an error
+    assert code == 0  # the case that changed the directory has a note (put back), no error
     assert (tmp_path / "r.json").exists()
     assert os.getcwd() == str(tmp_path)
     data = json.loads((tmp_path / "r.json").read_text())
@@ -401,7 +403,8 @@ class LeaksGradMode(hs.Double):
 
 def _then_a_leak_is_blamed(first: type, cleanup: Callable[[], None]) -> None:
     """Run ``first`` then ``LeaksGradMode`` in one run: ``first``'s cases pass with no
-    thread note, and the later leak is still an error (no thread is taken for a case's)."""
+    thread note, and the later leak is still noted on its own case, never taken for a
+    thread's doing (a note, not an error: the suite puts the state back, issue 34)."""
     from harness.engine.runner import run_entries
     from harness.entries import make_entry
 
@@ -415,8 +418,9 @@ def _then_a_leak_is_blamed(first: type, cleanup: Callable[[], None]) -> None:
     assert ours and all(r.status == "pass" and "thread" not in r.message for r in ours), [
         r.message for r in ours
     ]
-    assert leaks and all(r.status == "error" for r in leaks), [r.message for r in leaks]
-    assert all("left grad mode disabled" in r.message for r in leaks)
+    assert leaks and all(r.status == "pass" for r in leaks), [r.message for r in leaks]
+    assert all("note: the Function left grad mode disabled" in r.message for r in leaks)
+    assert not any("not blamed" in r.message for r in leaks)
     assert torch.is_grad_enabled()
 
 

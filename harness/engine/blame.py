@@ -125,3 +125,30 @@ def blamed_reference(exc: BaseException, where: str) -> tuple[str, str]:
         if blame.internal:
             return "internal", internal_message(blame.where, f"{where}: {exc}")
     return "error", f"{where}: {exc}"
+
+
+def apply_note(function: object, exc: BaseException) -> str:
+    """Where the Function's own line is when torch's ``Function.apply`` raised after its
+    ``forward`` returned (no frame of the traceback is the user's: "An input that has been
+    returned as-is as output is being saved for backward"): ``; torch's apply raised it on
+    what `Clip.forward` (lib.py:12) returned``, else ""."""
+    from harness.core.errors import FunctionRaised
+    from harness.core.locations import relative_file
+
+    while isinstance(exc, FunctionRaised):
+        exc = exc.original
+    frames = _frames(exc.__traceback__)
+    if not frames or frames[-1].name != "apply" or not is_torch(frames[-1].filename):
+        return ""
+    if any(
+        not (is_torch(f.filename) or is_stdlib(f.filename) or is_harness(f.filename))
+        for f in frames
+    ):
+        return ""
+    forward = getattr(function, "forward", None)
+    code = getattr(forward, "__code__", None)
+    if code is None or is_torch(code.co_filename):
+        return ""
+    name = f"{getattr(function, '__name__', 'Function')}.forward"
+    where = f"{relative_file(code.co_filename)}:{code.co_firstlineno}"
+    return f"; torch's apply raised it on what `{name}` ({where}) returned"

@@ -161,8 +161,20 @@ def differences(before: GlobalState, after: GlobalState) -> list[str]:
     if before.num_threads != after.num_threads:
         out.append(f"left the number of threads at {after.num_threads} (was {before.num_threads})")
     if before.cwd != after.cwd:
-        out.append(f"left the working directory at {after.cwd or '(a removed directory)'}")
+        out.append(f"left the working directory at {_moved(before.cwd, after.cwd)}")
     return out
+
+
+def _moved(before: str | None, after: str | None) -> str:
+    """Where the working directory went, relative to where it was (no machine's path)."""
+    if after is None:
+        return "(a removed directory)"
+    if before is None:
+        return "a new directory (the previous one was removed)"
+    try:
+        return f"{os.path.relpath(after, before)} (relative to the previous one)"
+    except ValueError:  # another drive
+        return "another drive"
 
 
 def put_back(before: GlobalState) -> None:

@@ -3,8 +3,12 @@
 Samples that cannot call the Function (one tuple returned instead of a list of tuples, an
 argument too many, shapes the Function cannot combine) would otherwise fail every case
 of every check, blamed on the Function's vmap rule or backward. Before any case runs, the
-Function is called once per sample, eagerly; if that raises, the samples are the user's
-mistake: one line naming the sample, the call and the exception (``UsageError``, exit 2).
+Function is called once per sample, eagerly. The samples are the user's mistake, one line
+naming the sample, the call and the exception (``UsageError``, exit 2), only where the
+evidence says samples: a call that fails while taking its arguments (``at_binding``), or
+every sample raising. Where some samples run and another raises inside the Function, that
+is the Function's bug on that sample: nothing is refused, and that sample's cases report
+the exception as the Function's ``error``.
 
 The calls run in a forked child where forking is safe (``forkpool.available``: Linux, no
 CUDA context; ``fork_safety``: no thread pool a child cannot do without), so they change nothing the cases then see: a forward that leaks state,
@@ -42,13 +46,54 @@ from harness.engine.isolation import TorchState, capture_output, restore, time_l
 EXCEPTION_CHARS = 300
 
 
+#: Why a refusal blames the samples: the call could not take them (arity, a keyword, a
+#: TypeError at the apply boundary, a non-tensor where the Function reads a tensor's
+#: attribute or indexes it), or every sample raised.
+AT_BINDING = "binding"
+EVERY_SAMPLE = "every"
+
+
 @dataclass(frozen=True)
 class Refusal:
-    """The first sample whose plain call raised: its index and name, and the exception."""
+    """The sample that shows the samples do not fit: its index and name, the exception, why
+    it blames the samples (``AT_BINDING`` or ``EVERY_SAMPLE``) and how many samples raised."""
 
     index: int
     name: str
     raised: str
+    why: str = AT_BINDING
+    raised_count: int = 1
+
+
+def _user_frames(exc: BaseException) -> list[str]:
+    """The frames the call entered (the traceback below the frame that caught it) that are
+    the user's code (neither torch's, the standard library's nor the suite's)."""
+    import traceback
+
+    from harness.engine.blame import is_harness, is_stdlib, is_torch
+
+    return [
+        fr.filename
+        for fr in traceback.extract_tb(exc.__traceback__)[1:]
+        if not (is_torch(fr.filename) or is_stdlib(fr.filename) or is_harness(fr.filename))
+    ]
+
+
+def at_binding(exc: BaseException, args: Sequence[Any]) -> bool:
+    """The call failed while taking its arguments, not inside the Function: a ``TypeError``
+    raised before any of the user's code ran (Python binding the arguments to ``forward``,
+    torch's ``apply`` or a custom op's schema), or a ``TypeError``/``AttributeError`` about
+    an argument that is not a tensor (``'list' object has no attribute 'shape'``, ``'int'
+    object is not subscriptable``) where the sample passes one of that type."""
+    from harness.core.textsafe import safe_str
+
+    if isinstance(exc, TypeError) and not _user_frames(exc):
+        return True
+    if isinstance(exc, (TypeError, AttributeError)):
+        text = safe_str(exc)
+        kinds = {type(a).__name__ for a in args if not isinstance(a, torch.Tensor)}
+        return any(f"'{k}' object" in text for k in kinds)
+    return False
 
 
 def call_text(entry: Entry) -> str:
@@ -77,6 +122,7 @@ def probe_in_process(
     call hung, or raised something else; the cases say what then)."""
     state = TorchState.capture()
     processes = children.at_case_start(nothing_ran_since=False)
+    raised: list[Refusal] = []
     try:
         with capture_output(), torch.random.fork_rng(devices=[]):
             for i, sample in enumerate(samples):
@@ -91,9 +137,11 @@ def probe_in_process(
                             # a warning the user's filters made an error (``-W error``):
                             # the Function's own behaviour, not samples that do not fit
                             return None
-                        except Exception as e:  # the samples' fault: they cannot call it
-                            raised = describe_exception(e, limit=EXCEPTION_CHARS)
-                            return Refusal(i, sample.name, raised)
+                        except Exception as e:
+                            text = describe_exception(e, limit=EXCEPTION_CHARS)
+                            if at_binding(e, sample.args):  # the call could not take them
+                                return Refusal(i, sample.name, text, AT_BINDING)
+                            raised.append(Refusal(i, sample.name, text, EVERY_SAMPLE))
                 except CaseTimeout:
                     return None
                 except BaseException as e:
@@ -103,6 +151,11 @@ def probe_in_process(
     finally:
         restore(state)
         children.kill_new(processes)
+    if raised and len(raised) == len(samples):  # not one sample gets through: the samples
+        first = raised[0]
+        return Refusal(first.index, first.name, first.raised, EVERY_SAMPLE, len(raised))
+    # Some samples run and others raise inside the Function: its bug on those samples,
+    # which their cases report as its error (the run goes on).
     return None
 
 
@@ -168,9 +221,14 @@ def refusal_line(entry: Entry, refusal: Refusal, hint: str = "") -> str:
     """``sample 0: RotatePoints.apply(*sample) raises TypeError: ... with no transform at
     all: the samples do not fit the Function`` (and the hint, when there is one)."""
     name = "" if refusal.name in ("", f"sample{refusal.index}") else f" ({refusal.name})"
+    every = (
+        f", as every one of the {refusal.raised_count} samples does"
+        if refusal.why == EVERY_SAMPLE and refusal.raised_count > 1
+        else ""
+    )
     line = (
         f"sample {refusal.index}{name}: {call_text(entry)} raises {refusal.raised} with no "
-        "transform at all: the samples do not fit the Function"
+        f"transform at all{every}: the samples do not fit the Function"
     )
     line += f"; {hint}" if hint else "; fix the samples (or the Function's forward)"
     return visible(line, keep_newlines=False)

@@ -34,10 +34,11 @@ from harness.core.results import (
     XFAIL,
     CaseResult,
 )
+from harness.core.state_notes import RESTORED, case_note
 from harness.core.textsafe import cap, safe_str
 from harness.core.torch_warnings import load_jvp_decompositions
 from harness.engine import children
-from harness.engine.blame import blamed, blamed_reference, tripped_over
+from harness.engine.blame import apply_note, blamed, blamed_reference, tripped_over
 from harness.engine.case_state import (
     GlobalState,
     between_cases,
@@ -67,6 +68,7 @@ from harness.engine.isolation import (
     time_limit,
     watch_user_interrupt,
 )
+from harness.engine.refusals import refusal
 from harness.engine.timeouts import TimeoutLedger, hung_message, not_run_message
 from harness.plans.plan import DtypeLeg
 
@@ -90,6 +92,12 @@ def _raised(case: Case, e: BaseException) -> tuple[str, str]:
             "Exception)"
         )
     return blamed(e, where)  # the suite's own bug is ``internal``, never the Function's
+
+
+def _where(case: Case, message: str) -> str:
+    """``message`` preceded by the check and plan it came from."""
+    where = f"{case.check} {case.plan.id}" if case.plan else case.check
+    return f"{where}: {message}"
 
 
 def _sample_of(data: EntryData, case: Case) -> Sample | Sequence[Sample] | None:
@@ -200,7 +208,13 @@ def _run_case(
                     if isinstance(e, KeyboardInterrupt) and interrupt.seen:
                         raise
                     describing = True  # the Function's __str__ runs here, under the limit
-                    result.status, result.message = _raised(case, e)
+                    refused = refusal(data.entry, case.check, e)
+                    if refused:  # torch refusing a transform the Function never claimed
+                        result.status, result.message = UNSUPPORTED, _where(case, refused)
+                    else:
+                        result.status, result.message = _raised(case, e)
+                        if result.status == ERROR:  # torch's apply raised: name forward
+                            result.message += apply_note(data.entry.function, e)
                     describing = False
         except CheckFailure as e:
             result.status, result.message = FAIL, safe_str(e)
@@ -227,8 +241,9 @@ def _run_case(
             leaked += restore_global(global_state)
             leaked += limit.leaks
             killed = children.kill_new(processes)
+            killed_text = children.describe(killed) if killed else ""
             if killed:
-                leaked.append(children.describe(killed))
+                leaked.append(killed_text)
             case_ended(state, global_state)  # what the restores just put back
             started = note_threads(case.id, threads)
     if limit.expired and result.status != TIMEOUT:
@@ -252,13 +267,19 @@ def _run_case(
         )
         result.message = f"{result.message}; {note}" if result.message else note
     elif leaked and result.status != TIMEOUT:
-        note = "the Function " + "; ".join(leaked) + " (restored before the next case)"
+        restored = [p for p in leaked if p != killed_text]
         if result.status == INTERNAL:
             # The suite's own code failed on the state the Function left: the Function's.
+            note = "the Function " + "; ".join(leaked) + f" ({RESTORED})"
             result.status, result.message = ERROR, tripped_over(note, result.message)
         else:
-            if result.status == PASS:
+            # State put back is the suite's hygiene: a note, never the case's status. Child
+            # processes it had to kill are not state put back: those stay the case's error.
+            if killed_text and result.status == PASS:
                 result.status = ERROR
+            parts = [case_note(restored)] if restored else []
+            parts += [f"the Function {killed_text}"] if killed_text else []
+            note = "; ".join(parts)
             result.message = f"{result.message}; {note}" if result.message else note
     elif killed:
         result.message += "; " + children.describe(killed)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
+from harness.core.state_notes import verdict_note
 from harness.recorded.entries import (
     CHECKED,
     LIVE_ONLY,
@@ -209,6 +210,9 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
         if r.live_note:
             text = f"{text}; {r.live_note}"
         text += _fixed_note(r)
+        noted = verdict_note(cases)  # state it left changed, put back: a note, not a verdict
+        if noted:
+            text = f"{text}; {noted}"
         out.append(Verdict(r.target, word, text, bad, r.legacy))
     return out
 

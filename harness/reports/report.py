@@ -10,7 +10,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.core.results import BAD_STATUSES, SKIP, STATUSES, UNSUPPORTED, XFAIL, RunResult
+from harness.core.results import (
+    BAD_STATUSES,
+    SKIP,
+    STATUSES,
+    UNSUPPORTED,
+    XFAIL,
+    CaseResult,
+    RunResult,
+)
 from harness.core.signals import deferred_signals
 from harness.core.textsafe import visible
 
@@ -391,6 +399,23 @@ def unsupported_markdown(result: RunResult) -> list[str]:
     return lines
 
 
+def state_notes_markdown(result: RunResult) -> list[str]:
+    """Per Function, the global state it left changed that the suite put back (a note on
+    its cases, not a verdict: ``harness.core.state_notes``)."""
+    from harness.core.state_notes import verdict_note
+
+    by_entry: dict[str, list[CaseResult]] = {}
+    for c in result.cases:
+        by_entry.setdefault(c.entry, []).append(c)
+    notes = [(e, verdict_note(cases)) for e, cases in by_entry.items()]
+    notes = [(e, n) for e, n in notes if n]
+    if not notes:
+        return []
+    lines = ["", "## Notes (state put back, not a verdict)", ""]
+    lines += [f"- {md_escape(e)}: {md_escape(n)}" for e, n in notes]
+    return lines
+
+
 def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int = 1000) -> str:
     """The report for a PR comment: summary, metadata, entry x check matrix, failures, coverage."""
     md = result.metadata
@@ -422,6 +447,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     lines += hazard_markdown(result)
     lines += expected_failures_markdown(result)
     lines += unsupported_markdown(result)
+    lines += state_notes_markdown(result)
     lines += ["", *coverage_markdown(result)]
     return "\n".join(lines) + "\n"
 
