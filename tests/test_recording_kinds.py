@@ -14,6 +14,7 @@ import torch
 
 from harness.cli.main import main
 from harness.recording import load_recording, recording
+from harness.recording.live import Live
 from tests import data_kinds_functions as dk
 
 warnings.filterwarnings("ignore", message=".*quantize.*|.*ComplexHalf.*")
@@ -137,10 +138,14 @@ def test_each_kind_round_trips_exactly_and_byte_identically(tmp_path, kind):
         (np.zeros(5000), "over 4096"),
     ],
 )
-def test_what_has_no_faithful_form_says_why(tmp_path, value, says):
+def test_what_has_no_faithful_form_says_why(tmp_path, capsys, value, says):
+    """Kept live (checked in the recording process), the recording saying why it is not data."""
     _record(tmp_path / "rec", lambda: value)
     (fn,) = load_recording(tmp_path / "rec").functions
-    assert not fn.calls and says in fn.skipped[0].reason, fn.skipped
+    (call,) = fn.calls
+    assert isinstance(call.args[1], Live) and says in call.args[1].why, call.args[1]
+    assert main(["recording", str(tmp_path / "rec")]) == 0
+    assert says in capsys.readouterr().out
 
 
 def test_a_type_defined_in_a_function_is_not_recordable(tmp_path):
@@ -151,7 +156,7 @@ def test_a_type_defined_in_a_function_is_not_recordable(tmp_path):
 
     _record(tmp_path / "rec", lambda: Local.A)
     (fn,) = load_recording(tmp_path / "rec").functions
-    assert "defined inside a function" in fn.skipped[0].reason
+    assert "defined inside a function" in fn.calls[0].args[1].why  # kept live
 
 
 def test_a_type_of_another_package_is_not_recorded(tmp_path):
@@ -159,7 +164,7 @@ def test_a_type_of_another_package_is_not_recorded(tmp_path):
 
     _record(tmp_path / "rec", lambda: inspect.Parameter.POSITIONAL_ONLY)
     (fn,) = load_recording(tmp_path / "rec").functions
-    assert "not the Function's own" in fn.skipped[0].reason
+    assert "not the Function's own" in fn.calls[0].args[1].why  # kept live
 
 
 def _hostile(tmp_path: Path, edit) -> Path:
@@ -229,4 +234,4 @@ def test_sparse_and_quantized_arguments_are_named_not_checked(tmp_path, capsys, 
     )
     out = capsys.readouterr().out
     assert "Probe  not checked: argument 1 is a " in out and "internal" not in out
-    assert "1 not checkable (sparse or quantized arguments)" in out
+    assert "1 not checkable (1 sparse or quantized arguments)" in out

@@ -36,6 +36,8 @@ class Live:
 
     type: str
     name: str = ""
+    #: Why it is not data (the reason the plain-data encoding gave).
+    why: str = ""
 
     def describe(self) -> str:
         return f"`{self.type}`" + (f" ({self.name})" if self.name else "")
@@ -164,8 +166,9 @@ def _node(
     mark = len(tensors)
     try:
         return values._node(value, path, depth, tensors, allowed)
-    except values.NotRecordable:
+    except values.NotRecordable as e:
         del tensors[mark:]
+        why = str(e)[:1000]
     if isinstance(value, torch.Tensor) and value.device.type == "meta":
         raise values.NotRecordable(f"argument {path} is a meta tensor (no data): not recordable")
     if isinstance(value, types.GeneratorType | types.CoroutineType):
@@ -177,7 +180,7 @@ def _node(
     ref = reference(value, package)
     if ref is not None:
         return {"ref": {"target": ref, "type": type_name(value)}}
-    return {"live": {"type": type_name(value), "name": _own_name(value)}}
+    return {"live": {"type": type_name(value), "name": _own_name(value), "why": why}}
 
 
 def _wrapper_node(value: Any, path: str, depth: int, tensors: list) -> Any:
@@ -289,7 +292,7 @@ def restore(
     if kind == "ref":
         return Ref(value["target"], value["type"])
     if kind == "live":
-        return Live(value["type"], value["name"])
+        return Live(value["type"], value["name"], value.get("why", ""))
     if kind == "subclass":
         return Wrapped(
             value["class"],

@@ -41,7 +41,7 @@ def describe(rec: Recording) -> list[str]:
         if live:
             kinds = sorted(
                 {
-                    v.type
+                    v.type + (f": {v.why}" if v.why else "")
                     for c in live
                     for v in placeholders([c.args, c.kwargs])
                     if isinstance(v, Live)
