@@ -53,15 +53,22 @@ def checked(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return proj, lines
 
 
+def _made_per_call(lines: dict[str, str], name: str) -> str:
+    """The line of the one class made per call named ``name`` (its recorded name adds what
+    its closures hold: ``ScaledSin[alpha=2.0]``)."""
+    (key,) = [k for k in lines if k == name or k.startswith(name + "[")]
+    return lines[key]
+
+
 def test_the_sub_check_and_the_rebuilt_factory_are_named(checked):
     _, lines = checked
     assert "--sub-check 'input 1 alone, all outputs'" in lines["softlib.repro_cases:SynthPair"]
     assert "--sub-check" not in lines["softlib.repro_cases:BigBlend"]  # all inputs fail too
-    factory = lines["softlib.repro_cases:make_scaled_sin.<locals>.ScaledSin"]
+    factory = _made_per_call(lines, "softlib.repro_cases:make_scaled_sin.<locals>.ScaledSin")
     assert "--rebuild softlib.repro_cases:make_scaled_sin --rebuild-args '{\"alpha\": 2.0}'" in (
         factory
     )
-    local = lines["test_repro_cases:test_a_class_made_in_the_test.<locals>.Cube"]
+    local = _made_per_call(lines, "test_repro_cases:test_a_class_made_in_the_test.<locals>.Cube")
     assert local.startswith("pytest --afdb repro_tests/test_repro_cases.py::test_a_class_made")
 
 
@@ -93,16 +100,19 @@ def test_every_reproduce_line_exits_1_on_the_bug_and_0_on_its_twin(checked):
     assert crash.returncode == 2 and "Traceback" in crash.stderr, crash.stdout + crash.stderr
 
 
-def test_the_local_class_line_reruns_its_test(checked):
+def test_the_local_class_line_reruns_its_test(checked, tmp_path):
     proj, lines = checked
-    line = lines["test_repro_cases:test_a_class_made_in_the_test.<locals>.Cube"]
-    argv = [*PYTEST, *shlex.split(line.split("  #", 1)[0])[1:]]
-    assert _run(proj, argv, PLANTED).returncode == 1
-    assert _run(proj, argv, "").returncode == 0
+    line = _made_per_call(lines, "test_repro_cases:test_a_class_made_in_the_test.<locals>.Cube")
     # afdb repro without --rebuild says in one line where to go instead
-    ident = "test_repro_cases:test_a_class_made_in_the_test.<locals>.Cube/vjp/s0"
+    ident = line.split("# then read case ", 1)[1].strip()
     said = _run(proj, ["afdb", "repro", ident, "--recorded", ".afdb/recorded"], "")
     assert said.returncode == 2 and "rerun `pytest --afdb repro_tests/" in said.stderr, said.stderr
+    # the rerun records anew: in a copy, so the other tests keep the fixture's recording
+    copy = tmp_path / "proj"
+    shutil.copytree(proj, copy)
+    argv = [*PYTEST, *shlex.split(line.split("  #", 1)[0])[1:]]
+    assert _run(copy, argv, PLANTED).returncode == 1
+    assert _run(copy, argv, "").returncode == 0
 
 
 def test_the_full_script_of_a_large_input_says_it_cannot_and_exits_2(checked):

@@ -130,11 +130,14 @@ def rebuild(spec: str, kwargs: Mapping[str, Any], qualname: str) -> type:
         made = factory(**kwargs)
     except Exception as e:  # noqa: BLE001 - the user's factory: one line, its exception
         raise UsageError(f"--rebuild {spec}: calling it raised {type(e).__name__}: {e}") from None
+    from harness.recording.live import class_suffix
+
     for c in _classes_in(made):
         if (
             isinstance(c, type)
             and issubclass(c, torch.autograd.Function)
-            and c.__qualname__ == qualname
+            # a class made per call is recorded under its name and what its closures hold
+            and qualname in (c.__qualname__, c.__qualname__ + class_suffix(c))
         ):
             return c
     raise UsageError(f"--rebuild {spec}: it returns no Function class named {qualname}")

@@ -135,11 +135,13 @@ class _Source:
         if rebuild is not None:
             spec, kwargs = rebuild
             self.imports["harness.recorded.rebuild"] = ["rebuild"]
+            # the class's own name (a class made per call is recorded as ``Name[what it holds]``)
+            name = qual.partition("[")[0].rpartition(".")[2]
             self.setup += [
-                f"{qual.rpartition('.')[2]} = rebuild({_literal(spec)}, {_literal(kwargs)}, "
+                f"{name} = rebuild({_literal(spec)}, {_literal(kwargs)}, "
                 f"{_literal(qual)})  # made by its factory, as the program made it",
             ]
-            holder, cls_arg = qual.rpartition(".")[2], qual.rpartition(".")[2]
+            holder, cls_arg = name, name
         else:
             if not (_identifier_path(module) and _identifier_path(qual)):
                 raise NotMinimal(f"the name {entry.name!r}")
