@@ -148,7 +148,10 @@ def test_a_value_that_is_not_data_is_kept_live_and_described(tmp_path):
     f = recorder.result().function(f"{MOD}:Options")
     assert f.call_count == 2 and f.skipped == ()
     (call,) = f.calls  # the same call twice: kept once
-    assert call.args[5] == Live("tests.test_recording_observe:Config", "")
+    live_arg = call.args[5]
+    assert (live_arg.type, live_arg.name) == ("tests.test_recording_observe:Config", "")
+    why = "argument 5 is a `tests.test_recording_observe.Config`: not recordable"
+    assert live_arg == Live(live_arg.type, "", why)  # why it is not data
     (live,) = recorder.live_calls()[f"{MOD}:Options"].values()
     assert type(live[0][5]) is Config and torch.equal(live[0][6]["b"], torch.ones(2))
 
