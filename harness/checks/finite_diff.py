@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from harness.checks import fd_error
+from harness.checks import fd_error, fd_precision
 
 #: Base relative step per dtype the forward computes in (with Richardson extrapolation).
 BASE_STEP: dict[torch.dtype, float] = {
@@ -158,8 +158,7 @@ def directional(
     outputs = [_wide(o) for o in raw]
     if _inf_norm(tangents) == 0.0:
         return [torch.zeros_like(o) for o in outputs]
-    base = base_step(raw, step)
-    eps = fd_error.eps_of(raw, fn)
+    eps, base = _precision(fn, primals, tangents, outputs, raw, step)
     total: list[tuple[torch.Tensor, fd_error.Estimate | None]] | None = None
     for scale, part in scale_groups(primals, tangents):
         h = base * scale / _inf_norm(part)
@@ -170,6 +169,26 @@ def directional(
             total = [(a + v, fd_error.add(ea, e)) for (a, ea), (v, e) in zip(total, found)]
     assert total is not None  # some tangent is non-zero
     return [fd_error.attach(v, e) if e is not None else v for v, e in total]
+
+
+def _precision(
+    fn: Fn,
+    primals: Sequence[torch.Tensor],
+    moved: Sequence[torch.Tensor | None],
+    outputs: list[torch.Tensor],
+    raw: Sequence[Any],
+    step: float | None,
+) -> tuple[float, float]:
+    """The precision the forward computes at (its outputs' epsilon, or coarser where
+    measured: ``fd_precision``) and the base step for it (a fixed ``step`` is kept)."""
+    eps = fd_error.eps_of(raw, fn)
+    base = base_step(raw, step)
+    if step is not None:
+        return eps, base
+    found = fd_precision.measured_eps(fn, _eval, primals, moved, outputs, base / 4, eps)
+    if found > eps:
+        base = max(base, BASE_STEP[fd_precision.step_dtype(found)])
+    return found, base
 
 
 def _decade(x: torch.Tensor) -> torch.Tensor:
@@ -226,8 +245,8 @@ def jacobian(
     with torch.no_grad():
         ref_out = list(fn(*primals))
     outputs = [o.detach().to(torch.float64) for o in ref_out]
-    base = base_step(ref_out, step)
-    eps = fd_error.eps_of(ref_out, fn)
+    moved = [x if i in wrt else None for i, x in enumerate(primals)]
+    eps, base = _precision(fn, primals, moved, outputs, ref_out, step)
     blocks: list[list[torch.Tensor]] = [[] for _ in outputs]
     for i in wrt:
         x = primals[i]
