@@ -91,6 +91,9 @@ class Capabilities:
     #: ``double_backward=True`` was given explicitly: the Function claims double backward, so
     #: torch refusing it (an ``out=`` op in backward) is its ``error``, not ``unsupported``.
     double_backward_declared: bool = False
+    #: Recorded Functions only: the sets of inputs the program differentiated together, one
+    #: per recorded call (``harness.checks.recorded_use``).
+    grad_patterns: tuple[tuple[int, ...], ...] = ()
 
     def describe(self) -> list[str]:
         """Short phrases for what the Function claims (``afdb list``, ``afdb check``)."""

@@ -33,6 +33,7 @@ from harness.checks.catalogue import (
     Unsupported,
 )
 from harness.checks.gauge import same_function
+from harness.checks.recorded_use import not_checked_note, outside_recorded_use
 from harness.checks.references import (
     _identity_problems,
     _subsets,
@@ -42,6 +43,7 @@ from harness.checks.references import (
     reference_jacobian,
     require_jacobian_budget,
 )
+from harness.core.errors import FunctionRaised
 
 
 def _reraise(e: BaseException) -> None:
@@ -401,14 +403,7 @@ def run_vjp(ctx: CaseContext) -> str:
             ctx, findings, view, args64, label, ins, outs, cot, grads, columns, regrad
         )
 
-    cases = [
-        (f"{in_name}, {out_name}", ins, outs, False)
-        for in_name, ins in _subsets(view.diff, "input", "inputs")
-        for out_name, outs in _subsets(view.outs, "output", "outputs")
-    ]
-    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
-    for name, ins, outs, strided in cases:
-        before = len(findings.problems)
+    def _vjp_subcheck(name: str, ins: Any, outs: Any, strided: bool) -> None:
         args = list(view.args)
         if strided:
             for i in ins:
@@ -435,6 +430,23 @@ def run_vjp(ctx: CaseContext) -> str:
 
             regrad = functools.partial(_vjp_again, entry, args, ins, outs, how, label, strided)
             check_grads(label, ins, outs, grads, regrad)
+
+    cases = [
+        (f"{in_name}, {out_name}", ins, outs, False)
+        for in_name, ins in _subsets(view.diff, "input", "inputs")
+        for out_name, outs in _subsets(view.outs, "output", "outputs")
+    ]
+    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
+    for name, ins, outs, strided in cases:
+        before = len(findings.problems)
+        try:
+            _vjp_subcheck(name, ins, outs, strided)
+        except FunctionRaised as e:
+            why = outside_recorded_use(entry, ins, view.diff)
+            if not why:
+                raise
+            ctx.notes.append(not_checked_note(f"vjp: {name}", e, why))
+            continue
         findings.outcome(name, before)
     findings.raise_if_any()
     return ref_name

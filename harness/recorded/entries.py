@@ -303,6 +303,10 @@ def recorded_entry(
         return RecordedEntry(function.target, NOT_CHECKABLE, note=unsupported, **common)
     gradient = decl.gradient if decl else "derivative"
     caps = dict(decl.capabilities) if decl else {}
+    # which inputs the program differentiated together (harness.checks.recorded_use)
+    caps["grad_patterns"] = tuple(
+        sorted({tuple(i for i, r in enumerate(req) if r) for req in requires})
+    )
     source = _calls_as_made(function.target, samples, positional, caps.pop("perturb_args", ()))
     try:
         entry = make_entry(cls, source, name=function.target, gradient=gradient, **caps)
