@@ -44,7 +44,8 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _index_str(flat_index: int, shape: torch.Size) -> str:
+def index_str(flat_index: int, shape: Sequence[int]) -> str:
+    """A flat index as the element's index tuple: ``(6, 0)``."""
     if not shape:
         return "()"
     idx = []
@@ -98,7 +99,7 @@ def compare_tensors(
         flat = int(diff.flatten().nonzero()[0])
         return (
             f"{label}: {int(diff.sum())} of {a.numel()} values differ; first at "
-            f"{_index_str(flat, a.shape)}: {a.flatten()[flat].item()} vs reference "
+            f"{index_str(flat, a.shape)}: {a.flatten()[flat].item()} vs reference "
             f"{e.flatten()[flat].item()}"
         )
     if finite_reference:
@@ -116,7 +117,7 @@ def compare_tensors(
     worst = _worst(a64, e64, bad)
     return (
         f"{label}: {int(bad.sum())} of {a.numel()} values outside tolerance; worst at "
-        f"{_index_str(worst, a.shape)}: {_error_phrase(a64.flatten()[worst], e64.flatten()[worst])}"
+        f"{index_str(worst, a.shape)}: {error_phrase(a64.flatten()[worst], e64.flatten()[worst])}"
         f"; rtol={rtol:g}, atol={atol:g}"
     )
 
@@ -180,7 +181,7 @@ def _worst(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> int:
     return int(err.argmax())
 
 
-def _error_phrase(a: torch.Tensor, e: torch.Tensor) -> str:
+def error_phrase(a: torch.Tensor, e: torch.Tensor) -> str:
     """Both values and the error in words that mean something (never an inf or 1e+307 ratio)."""
     got, ref = _fmt_val(a), _fmt_val(e)
     if not (bool(torch.isfinite(a)) and bool(torch.isfinite(e))):

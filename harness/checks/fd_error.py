@@ -204,16 +204,6 @@ class Outcome:
     widened: float = 0.0
 
 
-def _index_str(flat_index: int, shape: Sequence[int]) -> str:
-    if not shape:
-        return "()"
-    idx = []
-    for s in reversed(shape):
-        idx.append(flat_index % s)
-        flat_index //= s
-    return "(" + ", ".join(map(str, reversed(idx))) + ")"
-
-
 def compare(
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -226,7 +216,7 @@ def compare(
     """``|a - e| <= atol + rtol |e| + error`` per element, leaving out the elements whose
     differences did not converge by more than that tolerance. ``actual`` and ``expected``
     have one shape (the caller checked it)."""
-    from harness.checks.compare import _error_phrase, require_finite
+    from harness.checks.compare import error_phrase, index_str, require_finite
 
     require_finite(expected, label)
     wide = torch.complex128 if (actual.is_complex() or expected.is_complex()) else torch.float64
@@ -241,7 +231,7 @@ def compare(
     same_nan = torch.isnan(a) & torch.isnan(e)
     bad = ~((diff <= allowed) | same_nan | (a == e)) & ~out
     excluded = int(out.sum())
-    first = _index_str(int(out.nonzero()[0]), expected.shape) if excluded else ""
+    first = index_str(int(out.nonzero()[0]), expected.shape) if excluded else ""
     kept = ~out
     widened = float((error + SAFETY * spread)[kept].max()) if bool(kept.any()) else 0.0
     compared = int(kept.sum())
@@ -254,7 +244,7 @@ def compare(
         worst = int(torch.where(bad, diff - allowed, torch.full_like(diff, -1.0)).argmax())
     message = (
         f"{label}: {int(bad.sum())} of {a.numel()} values outside tolerance; worst at "
-        f"{_index_str(worst, expected.shape)}: {_error_phrase(a[worst], e[worst])}; rtol={rtol:g}, "
+        f"{index_str(worst, expected.shape)}: {error_phrase(a[worst], e[worst])}; rtol={rtol:g}, "
         f"atol={atol:g}, plus the reference's estimated finite-difference error "
         f"{float(error[worst] + SAFETY * spread[worst]):.3g} there"
     )
