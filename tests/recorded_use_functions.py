@@ -46,3 +46,47 @@ def call(cls, x_grad: bool = True, p_grad: bool = True, backward: bool = True) -
     y = cls.apply(x, p)
     if backward and y.requires_grad:
         torch.autograd.grad(y.sum(), [t for t in (x, p) if t.requires_grad], allow_unused=True)
+
+
+class Checkpointed(torch.autograd.Function):
+    """Reentrant checkpointing of y = sin(x) * w (legacy style, as fairscale's
+    CheckpointFunction): its backward recomputes under grad mode and refuses
+    torch.autograd.grad as torch's reentrant checkpoint does; .backward() works."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        with torch.no_grad():
+            return torch.sin(x) * w
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not torch.autograd._is_checkpoint_valid():
+            raise RuntimeError(
+                "Checkpointing is not compatible with .grad(), please use .backward() if possible"
+            )
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xd, wd = x.detach().requires_grad_(), w.detach().requires_grad_()
+            y = torch.sin(xd) * wd
+        gx, gw = torch.autograd.grad(y, (xd, wd), grad)
+        return gx, gw
+
+
+class CheckpointedWrong(Checkpointed):
+    """Twin: the gradient of x off by 1 %."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        gx, gw = Checkpointed.backward(ctx, grad)
+        return gx * 1.01, gw
+
+
+def checkpoint_samples(seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        (
+            torch.randn(4, 3, generator=gen, dtype=torch.float64),
+            torch.randn(4, 3, generator=gen, dtype=torch.float64),
+        )
+    ]

@@ -1,6 +1,8 @@
 """A recorded Function that raises on a set of inputs to differentiate no recorded call used
 (an ODE adjoint whose backward assumes its parameters require grad) has that sub-check named
-as not checked; a raise on a set a call used, and a wrong value, still do not pass."""
+as not checked; a raise on a set a call used, and a wrong value, still do not pass. A Function
+that refuses torch.autograd.grad but not .backward() (reentrant checkpointing) is checked
+through .backward(), and vmap_of_autograd_grad is unsupported for it."""
 
 from __future__ import annotations
 
@@ -45,3 +47,26 @@ def test_a_wrong_value_still_fails(tmp_path, capsys):
         uf.call(uf.AdjointLikeWrong)
     assert main(["check", "--recorded", rec, *CHECKS]) == 1
     assert "FAIL: " in _line(capsys.readouterr().out, "AdjointLikeWrong")
+
+
+def test_a_function_refusing_autograd_grad_is_checked_through_backward(monkeypatch):
+    import harness
+    from harness.checks import references
+
+    checks = ["eager_vjp", "vmap_of_autograd_grad"]
+    good = harness.check(uf.Checkpointed, uf.checkpoint_samples, checks=checks)
+    assert {c.status for c in good.cases if c.check == "eager_vjp"} == {"pass"}, [
+        (c.id, c.status, c.message[:300]) for c in good.cases
+    ]
+    batched = [c for c in good.cases if c.check == "vmap_of_autograd_grad"]
+    assert batched and all(
+        c.status == "unsupported" and "refuses torch.autograd.grad" in c.message for c in batched
+    )
+    bad = harness.check(uf.CheckpointedWrong, uf.checkpoint_samples, checks=checks)
+    assert {c.status for c in bad.cases if c.check == "eager_vjp"} == {"fail"}, [
+        (c.id, c.status, c.message[:300]) for c in bad.cases
+    ]
+    # without the way through .backward(): torch.autograd.grad's refusal is all there is
+    monkeypatch.setattr(references, "refuses_grad", lambda error: False)
+    refused = harness.check(uf.Checkpointed, uf.checkpoint_samples, checks=checks)
+    assert {c.status for c in refused.cases if c.check == "eager_vjp"} == {"error"}

@@ -57,14 +57,48 @@ def grad_where_connected(
     ]
     if not pairs:
         return None
-    return torch.autograd.grad(
-        [o for o, _ in pairs],
-        inputs,
-        [c for _, c in pairs],
-        allow_unused=True,
-        materialize_grads=True,
-        create_graph=create_graph,
-    )
+    try:
+        return torch.autograd.grad(
+            [o for o, _ in pairs],
+            inputs,
+            [c for _, c in pairs],
+            allow_unused=True,
+            materialize_grads=True,
+            create_graph=create_graph,
+        )
+    except RuntimeError as e:
+        if not refuses_grad(e):
+            raise
+    return _through_backward(pairs, inputs, create_graph)
+
+
+def refuses_grad(error: BaseException) -> bool:
+    """The Function refuses ``torch.autograd.grad`` but not ``.backward()`` (reentrant
+    checkpointing: "not compatible with .grad(), please use .backward()")."""
+    text = str(error)
+    return ".grad()" in text and "backward()" in text
+
+
+def _through_backward(
+    pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    inputs: Sequence[torch.Tensor],
+    create_graph: bool,
+) -> tuple[torch.Tensor, ...]:
+    """The same gradients through ``torch.autograd.backward`` (what such a Function's users
+    call), read from the inputs' ``.grad`` and their earlier ``.grad`` put back."""
+    kept = [x.grad for x in inputs]
+    for x in inputs:
+        x.grad = None
+        if not x.is_leaf:
+            x.retain_grad()
+    try:
+        torch.autograd.backward(
+            [o for o, _ in pairs], [c for _, c in pairs], create_graph=create_graph
+        )
+        return tuple(torch.zeros_like(x) if x.grad is None else x.grad for x in inputs)
+    finally:
+        for x, g in zip(inputs, kept):
+            x.grad = g
 
 
 def eager_vjp(
