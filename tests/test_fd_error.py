@@ -34,7 +34,7 @@ def messages(result):
 def no_estimate(monkeypatch):
     """The reference as it was before: the same values, no error estimate at all."""
 
-    def bare(d1, d2, d3, magnitude, eps, h):
+    def bare(d1, d2, d3, magnitude, eps, h, bends=None):
         r1 = (4 * d2 - d1) / 3
         zero = torch.zeros(r1.shape, dtype=torch.float64)
         return r1, fd_error.Estimate(zero, zero)
@@ -67,6 +67,22 @@ def test_a_step_straddling_a_kink_is_not_converged_and_elsewhere_it_is():
         torch.tensor([0.0, 1.0, 1.0]), jt, est, rtol=1e-7, atol=1e-7, label="grad"
     )
     assert (out.message, out.compared, out.excluded, out.first_excluded) == (None, 2, 1, "(1)")
+
+
+def test_a_point_right_on_a_kink_is_not_converged_though_the_differences_agree():
+    # at x = 0.5 exactly, every central difference of relu(x - 0.5) is the average slope 0.5
+    # (neither side's derivative): only the one-sided slopes show the kink
+    x = torch.tensor([-1.3, 0.5, 0.9, 2.0], dtype=torch.float64)
+    f = lambda x: (torch.clamp(x - 0.5, min=0.0) ** 1 + 0.1 * x**2,)  # noqa: E731
+    jt = fd.directional(f, [x], [torch.ones_like(x)])[0]
+    est = fd_error.of(jt)
+    assert est is not None
+    spread = est.spread.tolist()
+    assert spread[1] > 0.1 and spread[0] == spread[2] == spread[3] == 0, spread
+    # without the one-sided slopes the kink passed as converged
+    d = [fd._central(f, [x], [torch.ones_like(x)], s)[0][0] for s in (1e-3, 5e-4, 2.5e-4)]
+    _, blind = fd_error.richardson(*d, torch.ones(4, dtype=torch.float64), 2.2e-16, 1e-3)
+    assert blind.spread.tolist()[1] == 0
 
 
 # --- first order: jvp, vjp, jacrev, jacfwd (float64 and the float32 leg) ------------------------
@@ -132,7 +148,7 @@ def test_cube_norm_near_zero_passes_second_order_and_failed_without_the_estimate
     assert set(statuses(result).values()) == {"pass"}, messages(result)
     bare = fd_error.Estimate
 
-    def zero(d1, d2, d3, magnitude, eps, h):
+    def zero(d1, d2, d3, magnitude, eps, h, bends=None):
         r1 = (4 * d2 - d1) / 3
         z = torch.zeros(r1.shape, dtype=torch.float64)
         return r1, bare(z, z)

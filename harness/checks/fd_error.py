@@ -49,6 +49,9 @@ ROUNDING = 8.0
 #: The differences count as converged where they move by less than CONVERGED_NOISE times
 #: that rounding (D(h/4) rounds four times as much as D(h)).
 CONVERGED_NOISE = 4.0
+#: A kink right at the point: the one-sided slopes' difference at h/4 is more than KINK_RATIO
+#: times the one at h/2 (a smooth forward's halves: 0.5).
+KINK_RATIO = 0.75
 #: A function finite differences evaluate may name, in this attribute, the dtypes it computes
 #: in besides its outputs' (the eager first-order map of a Function whose float64 copy still
 #: returns float32: autograd casts the float64 cotangent to float32 before backward runs).
@@ -115,9 +118,15 @@ def richardson(
     magnitude: torch.Tensor,
     eps: float,
     h: float,
+    bends: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, Estimate]:
     """``R1 = (4 D2 - D1) / 3`` and its estimate from the three differences at h, h/2, h/4
-    (``magnitude``: the size of the forward's values there, for the rounding term)."""
+    (``magnitude``: the size of the forward's values there, for the rounding term).
+
+    ``bends``: ``(f(x+s) - 2 f(x) + f(x-s)) / s`` at s = h/2 and h/4, the difference of the
+    one-sided slopes. It halves with the step where the forward is smooth and stays where
+    the point sits right on a kink, where the central differences agree at every step on
+    the average of the two slopes, which is neither side's derivative: not converged."""
     r1 = (4 * d2 - d1) / 3
     r2 = (4 * d3 - d2) / 3
     noise = ROUNDING * eps * magnitude / h
@@ -125,6 +134,13 @@ def richardson(
     shrink = torch.nan_to_num((d2 - d3).abs(), nan=float("inf"))
     first = torch.nan_to_num((d1 - d2).abs(), nan=float("inf"))
     converged = (shrink <= RATIO * first) | (shrink <= CONVERGED_NOISE * noise)
+    if bends is not None:
+        b2 = torch.nan_to_num(bends[0].abs(), nan=float("inf"))
+        b3 = torch.nan_to_num(bends[1].abs(), nan=float("inf"))
+        # at h/4 the bend's rounding is about 2x R1's; a kink stands well above it
+        kink = (b3 > KINK_RATIO * b2) & (b3 > 4 * CONVERGED_NOISE * noise)
+        converged = converged & ~kink
+        spread = torch.where(kink, torch.maximum(spread, b3 / 2), spread)
     zero = torch.zeros_like(spread)
     error = torch.where(converged, SAFETY * spread + noise, noise)
     return r1, Estimate(error, torch.where(converged, zero, spread))

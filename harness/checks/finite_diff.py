@@ -111,15 +111,17 @@ def _central(
     primals: Sequence[torch.Tensor],
     tangents: Sequence[torch.Tensor | None],
     h: float,
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """``D(h)`` per output, and the size of the values it differences (for the rounding)."""
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """``D(h)`` per output, the size of the values it differences (for the rounding), and
+    ``f(x + h t) + f(x - h t)`` (for the one-sided slopes)."""
     plus = [x if t is None else x + h * t for x, t in zip(primals, tangents)]
     minus = [x if t is None else x - h * t for x, t in zip(primals, tangents)]
-    diffs, sizes = [], []
+    diffs, sizes, sums = [], [], []
     for a, b in zip(_eval(fn, plus), _eval(fn, minus)):
         diffs.append((a - b) / (2 * h))
         sizes.append(torch.maximum(a.abs(), b.abs()))
-    return diffs, sizes
+        sums.append(a + b)
+    return diffs, sizes, sums
 
 
 def _estimated(
@@ -128,13 +130,23 @@ def _estimated(
     tangents: Sequence[torch.Tensor | None],
     h: float,
     eps: float,
+    at: Sequence[torch.Tensor],
 ) -> list[tuple[torch.Tensor, fd_error.Estimate]]:
     """The Richardson difference along ``tangents`` per output, with its error estimate
-    (three central differences: h, h/2, h/4; see ``harness.checks.fd_error``)."""
-    d1, sizes = _central(fn, primals, tangents, h)
-    d2, _ = _central(fn, primals, tangents, h / 2)
-    d3, _ = _central(fn, primals, tangents, h / 4)
-    return [fd_error.richardson(*ds, eps, h) for ds in zip(d1, d2, d3, sizes)]
+    (three central differences: h, h/2, h/4; see ``harness.checks.fd_error``); ``at``: the
+    outputs at the point itself, for the one-sided slopes that find a kink right there."""
+    d1, sizes, _ = _central(fn, primals, tangents, h)
+    d2, _, s2 = _central(fn, primals, tangents, h / 2)
+    d3, _, s3 = _central(fn, primals, tangents, h / 4)
+    found = []
+    for j in range(len(d1)):
+        f0 = at[j] if j < len(at) else None
+        bends = None
+        if f0 is not None and f0.shape == s2[j].shape and f0.dtype == s2[j].dtype:
+            # (f(x+s) - 2 f(x) + f(x-s)) / s: the one-sided slopes' difference at step s
+            bends = ((s2[j] - 2 * f0) / (h / 2), (s3[j] - 2 * f0) / (h / 4))
+        found.append(fd_error.richardson(d1[j], d2[j], d3[j], sizes[j], eps, h, bends))
+    return found
 
 
 def directional(
@@ -162,7 +174,7 @@ def directional(
     total: list[tuple[torch.Tensor, fd_error.Estimate | None]] | None = None
     for scale, part in scale_groups(primals, tangents):
         h = base * scale / _inf_norm(part)
-        found = _estimated(fn, primals, part, h, eps)
+        found = _estimated(fn, primals, part, h, eps, outputs)
         if total is None:
             total = [(v, e) for v, e in found]
         else:
@@ -258,7 +270,7 @@ def jacobian(
             tangent[e] = 1.0
             tangents: list[torch.Tensor | None] = [None] * len(primals)
             tangents[i] = tangent.reshape(x.shape)
-            for j, column in enumerate(_estimated(fn, primals, tangents, h, eps)):
+            for j, column in enumerate(_estimated(fn, primals, tangents, h, eps, outputs)):
                 cols[j].append(column)
         for j, o in enumerate(outputs):
             shape = (*o.shape, *x.shape)
