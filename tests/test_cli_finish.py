@@ -43,10 +43,7 @@ def test_version(capsys):
 
 
 @pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "fork-workers"])
-def test_exitfirst_stops_at_the_first_non_conforming_case(capsys, tmp_path, isolate, monkeypatch):
-    # the fork pool's -x: an earlier test of this worker process may have left a thread hung
-    # for good (a hang test), which makes the suite stop forking here
-    monkeypatch.setenv("AFDB_WORKER_ENGINE", "fork")
+def test_exitfirst_stops_at_the_first_non_conforming_case(capsys, tmp_path, isolate):
     report = tmp_path / "r.json"
     where = [] if isolate else ["--no-isolate"]
     argv = ["check", *BROKEN, *where, "--checks", "vmap", "-x", "--json", str(report)]

@@ -59,9 +59,6 @@ def test_n_0_runs_in_this_process_and_the_header_says_so(capsys, monkeypatch):
 
 
 def _pool_sizes(monkeypatch):
-    # these tests are about the fork pool: an earlier test of this worker process may have
-    # left a thread hung for good (a hang test), which makes the suite stop forking here
-    monkeypatch.setenv("AFDB_WORKER_ENGINE", "fork")
     sizes: list[int] = []
     real = forkpool.run_forked
 
