@@ -83,7 +83,7 @@ from harness.checks.first_order import (
     jvp_references,
 )
 from harness.checks.gauge import same_function
-from harness.checks.recorded_use import not_checked_note, outside_recorded_use
+from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
     _subsets,
     eager_jacobian,
@@ -273,10 +273,8 @@ def run_eager_vjp(ctx: CaseContext) -> str:
         try:
             grads = attempt(label, eager_grads, entry, view.args, ins, outs, cots, strided=strided)
         except FunctionRaised as e:
-            why = outside_recorded_use(entry, ins, view.diff)
-            if not why:
+            if not noted_outside_use(ctx.notes, entry, label, ins, view.diff, e):
                 raise
-            ctx.notes.append(not_checked_note(label, e, why))
             continue
         watch.verify(label, findings, INPUT_WHY)
         cot_watch.verify(label, findings, COTANGENT_WHY)

@@ -33,7 +33,7 @@ from harness.checks.catalogue import (
     Unsupported,
 )
 from harness.checks.gauge import same_function
-from harness.checks.recorded_use import not_checked_note, outside_recorded_use
+from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
     _identity_problems,
     _subsets,
@@ -442,10 +442,8 @@ def run_vjp(ctx: CaseContext) -> str:
         try:
             _vjp_subcheck(name, ins, outs, strided)
         except FunctionRaised as e:
-            why = outside_recorded_use(entry, ins, view.diff)
-            if not why:
+            if not noted_outside_use(ctx.notes, entry, f"vjp: {name}", ins, view.diff, e):
                 raise
-            ctx.notes.append(not_checked_note(f"vjp: {name}", e, why))
             continue
         findings.outcome(name, before)
     findings.raise_if_any()

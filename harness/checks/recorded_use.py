@@ -25,6 +25,23 @@ def outside_recorded_use(entry: Any, ins: Sequence[int], every: Sequence[int]) -
     return f"no recorded call differentiated only these (the calls differentiated {used})"
 
 
+def noted_outside_use(
+    notes: list[str],
+    entry: Any,
+    label: str,
+    ins: Sequence[int],
+    every: Sequence[int],
+    error: BaseException,
+) -> bool:
+    """Whether ``error`` (the Function raising on sub-check ``label``, inputs ``ins``) is
+    outside the recorded program's use; if so the sub-check is named in ``notes`` as not
+    checked."""
+    why = outside_recorded_use(entry, ins, every)
+    if why:
+        notes.append(not_checked_note(label, error, why))
+    return bool(why)
+
+
 def not_checked_note(name: str, error: BaseException, why: str) -> str:
     cause = error.__cause__ or error
     first = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else ""

@@ -23,6 +23,7 @@ from autograd_function_db.entry import Entry, Sample
 from harness.core.errors import UsageError
 from harness.plans.pytrees import leaves
 from harness.recorded.declare import Declaration
+from harness.recording.refs import top_package
 
 #: What each recorded Function became (``RecordedEntry.state``).
 CHECKED = "checked"
@@ -331,9 +332,7 @@ def recorded_entries(
     """Every Function of the recording (its order), then those of ``--source`` never called.
     ``live``: the recording process's live snapshots by target (``Recorder.live_calls``)."""
     packages = frozenset(
-        f.target.split(":", 1)[0].split(".", 1)[0]
-        for f in recording.functions
-        if f.kind == "function"
+        top_package(f.target.partition(":")[0]) for f in recording.functions if f.kind == "function"
     )
     out = [
         recorded_entry(

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from harness.core.errors import UsageError
-from harness.recording.live import Ref, Wrapped, _top, type_name
+from harness.recording.live import Ref, Wrapped, type_name
+from harness.recording.refs import top_package
 
 
 def _load(target: str, where: str, what: str) -> Any:
@@ -38,7 +39,7 @@ def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
     breaks either rule is a hostile or stale recording: UsageError, one line."""
     if isinstance(value, Ref):
         module, _, qual = value.target.partition(":")
-        if not module or not qual or _top(module) not in packages:
+        if not module or not qual or top_package(module) not in packages:
             raise UsageError(
                 f"{where}: refers to {value.target!r}, outside the packages whose Functions "
                 f"the recording holds ({', '.join(sorted(packages))}); refused"
@@ -52,7 +53,7 @@ def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
         return obj
     if isinstance(value, Wrapped):
         module = value.cls.partition(":")[0]
-        if _top(module) not in packages | {"torch"}:
+        if top_package(module) not in packages | {"torch"}:
             raise UsageError(
                 f"{where}: names the tensor subclass {value.cls!r}, outside torch and the "
                 f"packages whose Functions the recording holds; refused"

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from harness.recording import values
+from harness.recording.refs import top_package
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,6 @@ def _own_name(value: Any) -> str:
     return ""
 
 
-def _top(module: str) -> str:
-    return module.split(".", 1)[0]
-
-
 def reference(value: Any, package: str) -> str | None:
     """``module:qualname`` when ``value`` is a module-level object of ``package`` that this
     name finds again (the same object), else None."""
@@ -94,7 +91,7 @@ def reference(value: Any, package: str) -> str | None:
     name = _own_name(value)
     if name:
         module, _, qual = name.partition(":")
-        if _top(module) != package or "<" in qual:
+        if top_package(module) != package or "<" in qual:
             return None
         obj: Any = sys.modules.get(module)
         for part in qual.split("."):
@@ -102,7 +99,7 @@ def reference(value: Any, package: str) -> str | None:
         return name if obj is value else None
     module = type(value).__module__
     mod = sys.modules.get(module)
-    if _top(module) != package or mod is None:
+    if top_package(module) != package or mod is None:
         return None
     for key, held in vars(mod).items():
         if held is value and key.isidentifier():

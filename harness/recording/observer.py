@@ -36,7 +36,7 @@ from harness.core.locations import location
 from harness.recording import live as live_values
 from harness.recording import store
 from harness.recording.live import class_suffix
-from harness.recording.refs import packages_of
+from harness.recording.refs import packages_of, top_package
 from harness.recording.selection import Selector, combination
 from harness.recording.values import NotRecordable, fast_key, snapshot, stored
 
@@ -390,7 +390,7 @@ class Recorder:
             snap = snapshot(args, kwargs, seen.allowed)
         except NotRecordable as e:
             try:  # live values: kept as a snapshot, checked in this process
-                package = seen.target.split(":", 1)[0].split(".", 1)[0]
+                package = top_package(seen.target.partition(":")[0])
                 room = self.total_limit - self._stored
                 snap = live_values.snapshot(
                     args, kwargs, package, keys, (self.tensor_limit, room), seen.allowed
