@@ -24,7 +24,8 @@ def costs(source: str) -> dict[str, Any]:
     import harness.engine.runner as runner
     from harness.core.options import Options
     from harness.engine import warmup
-    from harness.sources import load_source, options_for_source
+    from harness.sources.database import load_source
+    from harness.sources.batch_sizes import options_for_source
 
     entries = list(load_source(source))
     options = options_for_source(source, entries, Options())

@@ -21,7 +21,8 @@ import time
 
 from harness.core.options import Options
 from harness.engine.runner import run_entries
-from harness.sources import load_source, options_for_source
+from harness.sources.database import load_source
+from harness.sources.batch_sizes import options_for_source
 
 BUCKETS = (
     ("harness", "/harness/"),

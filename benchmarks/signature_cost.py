@@ -30,7 +30,8 @@ def main() -> None:
     args = p.parse_args()
     from harness.core.options import Options
     from harness.engine.runner import run_entries
-    from harness.sources import load_source, options_for_source
+    from harness.sources.database import load_source
+    from harness.sources.batch_sizes import options_for_source
 
     entries = list(load_source(args.source))
     options = options_for_source(args.source, entries, Options())

@@ -64,7 +64,7 @@ def test_safety_check(benchmark):
 def test_cases(benchmark, monkeypatch, model):
     from harness.core.options import Options
     from harness.engine import parallel
-    from harness.entries import make_entry
+    from harness.sources.entries import make_entry
     from tests.verdict_functions import Double, plain_samples
 
     monkeypatch.setattr(parallel, "process_model", lambda source="", entries=(): (model, ""))

@@ -12,7 +12,8 @@ import pytest
 
 from harness.core.options import Options
 from harness.engine.probe import probe_samples
-from harness.entries import base_samples, make_entry
+from harness.sources.batch_sizes import base_samples
+from harness.sources.entries import make_entry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import rotations  # noqa: E402

@@ -27,7 +27,7 @@ _PUBLIC = {
     "assert_conforms": "harness.api",
     "check": "harness.api",
     "format_failures": "harness.api",
-    "make_entry": "harness.entries",
+    "make_entry": "harness.sources.entries",
     "load_recording": "harness.recording",
     "check_recorded": "harness.cli.check_recorded",
 }

@@ -27,10 +27,10 @@ from harness.core.results import NOTHING_CHECKED_EXIT, CaseResult, RunResult
 from harness.engine.isolation import DEFAULT_TIMEOUT_S
 from harness.engine.metadata import run_metadata
 from harness.engine.runner import run_entries
-from harness.entries import (
+from harness.sources.batch_sizes import choose_batch_sizes
+from harness.sources.entries import make_entry
+from harness.sources.user_samples import (
     base_samples,
-    choose_batch_sizes,
-    make_entry,
     refuse_unfit_samples,
     samples_note,
     slice_notes,
@@ -230,7 +230,7 @@ def _importable(obj: Any) -> str | None:
 
 def infer_target(function: Any, samples: Any, **fields: Any) -> Any:
     """A TargetSpec for a Python-API call, so repro commands name the user's module; else None."""
-    from harness.targets import TargetSpec
+    from harness.sources.target import TargetSpec
 
     target = _importable(function)
     if target is None:

@@ -79,7 +79,7 @@ def check_argv(config: Any, directory: str) -> list[str]:
 
 def declare_lines(config: Any) -> list[str]:
     """The project's ``[tool.afdb]`` and ini lines (pytest's rootdir), then the options'."""
-    from harness.recorded.config import declaration_lines
+    from harness.sources.declare_config import declaration_lines
 
     return declaration_lines(
         [str(v).strip() for v in config.getoption("afdb_declare", None) or ()],

@@ -213,7 +213,7 @@ def conformance_tests(
 
     def factory() -> _Suite:
         from harness.api import _expectations, infer_target, prepare, target_fields
-        from harness.entries import samples_attribute, samples_places
+        from harness.sources.entries import samples_attribute, samples_places
 
         nonlocal samples
         if samples is None:
@@ -245,7 +245,8 @@ def database_tests(
     def factory() -> _Suite:
         from harness.api import _expectations
         from harness.core.options import Options
-        from harness.sources import load_source, select_entries
+        from harness.sources.database import load_source
+        from harness.sources.select import select_entries
 
         entries = select_entries(load_source(source), list(names))
         opts = Options(**options)
@@ -260,7 +261,7 @@ def database_tests(
 def _suite_from_config(config: dict[str, Any]) -> _Suite:
     from harness.api import _expectations
     from harness.core.options import Options
-    from harness.targets import TargetSpec
+    from harness.sources.target import TargetSpec
 
     options = Options.from_dict(config["options"])
     target: Any = None
@@ -272,7 +273,8 @@ def _suite_from_config(config: dict[str, Any]) -> _Suite:
 
         entries, target = rebuild(config["recorded"], config["entries"])
     else:
-        from harness.sources import load_source, select_entries
+        from harness.sources.database import load_source
+        from harness.sources.select import select_entries
 
         entries = select_entries(load_source(config.get("source", "afdb")), config["entries"])
     if config.get("backend"):  # afdb certify: the entries as they run on the backend

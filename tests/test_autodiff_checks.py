@@ -330,7 +330,7 @@ def test_registry_passes_every_autodiff_check_it_claims(name, dtype, monkeypatch
     entry passes at a tenth of its derived tolerances, a margin of 10x."""
     from harness import expectations as ex
     from harness.checks import tolerances as dtype_tolerance
-    from harness.sources import expectations_path
+    from harness.sources.database import expectations_path
 
     if dtype == torch.float32:
         monkeypatch.setattr(dtype_tolerance, "MARGIN", 0.1)

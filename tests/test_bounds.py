@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 from harness import check
-from harness.entries import SAMPLES_MAX
 from harness.plans.plan import HAZARD_BYTES_MAX
 from harness.reports.report import to_markdown
+from harness.sources.user_samples import SAMPLES_MAX
 from tests import blame_functions as bf
 from tests.hostile_state import Correct
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness.checks.catalogue import check_names, get_check
 from harness.pytest_plugin import database_tests
-from harness.sources import expectations_path
+from harness.sources.database import expectations_path
 
 EXPECTATIONS = str(expectations_path("afdb"))
 VMAP_CHECKS = tuple(n for n in check_names() if get_check(n).family == "vmap")

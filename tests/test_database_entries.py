@@ -16,7 +16,7 @@ from autograd_function_db.hazards import DEFAULT_HAZARD_SIZES, find_hazards
 from autograd_function_db.registry import structure_of, validate_entry
 from harness.core.options import Options
 from harness.engine.runner import run_entries
-from harness.sources import expectations_path
+from harness.sources.database import expectations_path
 
 VMAP_FAMILY = ("vmap", "vmap_nested", "vmap_chunked", "contract")
 EXPECTATIONS = Path(str(expectations_path("afdb")))

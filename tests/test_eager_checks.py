@@ -237,7 +237,7 @@ def test_the_database_entry_needs_no_expectation_for_it():
     import json
 
     from harness.expectations import installed_torch, torch_admits
-    from harness.sources import expectations_path
+    from harness.sources.database import expectations_path
 
     exps = json.loads(Path(expectations_path("afdb")).read_text())["expectations"]
     here = [e for e in exps if torch_admits(e.get("torch", ""), installed_torch())]
@@ -343,7 +343,7 @@ def test_nondiff_args_on_the_command_line_and_in_the_repro_command(capsys):
 
 
 def test_nondiff_args_in_the_plugin_are_a_capability():
-    from harness.entries import make_entry
+    from harness.sources.entries import make_entry
 
     entry = make_entry(lf.PairEnergy, lf.pair_samples, nondiff_args=(1,))
     assert entry.caps.nondiff_args == (1,)

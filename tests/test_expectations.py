@@ -10,7 +10,7 @@ import pytest
 from harness import expectations as ex
 from harness.cli.main import main
 from harness.core.results import FAIL, PASS, CaseResult
-from harness.sources import expectations_path
+from harness.sources.database import expectations_path
 
 
 def _text(items) -> str:
@@ -145,7 +145,7 @@ def test_progress_lines_count_statuses_after_expectations(capsys):
 def test_a_missing_dependency_of_torchs_testing_internals_is_named(monkeypatch):
     import importlib
 
-    from harness import sources
+    from harness.sources import pytorch_db as sources
 
     real = importlib.import_module
 

@@ -187,7 +187,7 @@ def test_the_probe_does_not_fork_an_unsafe_process(monkeypatch):
     import torch
 
     from autograd_function_db.entry import Sample
-    from harness.entries import make_entry
+    from harness.sources.entries import make_entry
     from tests.verdict_functions import Double, plain_samples
 
     entry = make_entry(Double, plain_samples)
@@ -450,7 +450,7 @@ def test_fresh_interpreters_report_progress_while_they_run(monkeypatch):
     import json
 
     from harness.core.options import Options
-    from harness.entries import make_entry
+    from harness.sources.entries import make_entry
     from tests.verdict_functions import Double, plain_samples
 
     seen: list[str] = []

@@ -134,7 +134,7 @@ def test_fixed_safe_batch_size_is_kept_and_the_rest_chosen(capsys):
 def test_registry_entries_keep_the_default_batch_sizes():
     from autograd_function_db import REGISTRY
     from harness.core.options import Options
-    from harness.entries import choose_batch_sizes
+    from harness.sources.batch_sizes import choose_batch_sizes
 
     for entry in REGISTRY:
         assert choose_batch_sizes(entry, Options()) == Options(), entry.name

@@ -25,7 +25,7 @@ from harness import check
 from harness.checks.catalogue import STATICMETHODS_CALLED, check_names, staticmethods_called
 from harness.engine.hangs import running_staticmethod, staticmethod_codes, staticmethod_in_dump
 from harness.engine.timeouts import NOT_RUN_PREFIX, TimeoutLedger
-from harness.entries import make_entry
+from harness.sources.entries import make_entry
 from tests import hang_functions as hf
 
 ROOT = Path(__file__).resolve().parent.parent

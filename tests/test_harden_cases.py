@@ -233,7 +233,7 @@ def test_state_changed_strictly_between_two_cases_is_put_back_and_noted():
     from harness.engine.case_state import forget_last_case
     from harness.engine.cases import EntryData, enumerate_cases
     from harness.engine.runner import run_case
-    from harness.entries import make_entry
+    from harness.sources.entries import make_entry
 
     data = EntryData(make_entry(hs.Correct, hs.samples), Options(checks=("vmap",)))
     first, second = enumerate_cases(data)[:2]
@@ -296,7 +296,7 @@ def test_a_process_the_caller_starts_between_two_runs_is_left_alone():
     """Cases start from their predecessor's end scan only within a run: a process the
     caller started after one run (a server in a test suite) is not the next run's case's."""
     from harness.engine.runner import run_entries
-    from harness.sources import load_source
+    from harness.sources.database import load_source
 
     entry = [e for e in load_source("afdb") if e.name == "NumpyCube"]
     options = Options(checks=("vmap",))
@@ -406,7 +406,7 @@ def _then_a_leak_is_blamed(first: type, cleanup: Callable[[], None]) -> None:
     thread note, and the later leak is still noted on its own case, never taken for a
     thread's doing (a note, not an error: the suite puts the state back, issue 34)."""
     from harness.engine.runner import run_entries
-    from harness.entries import make_entry
+    from harness.sources.entries import make_entry
 
     entries = [make_entry(first, hs.samples), make_entry(LeaksGradMode, hs.samples)]
     try:

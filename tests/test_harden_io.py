@@ -399,7 +399,7 @@ def test_the_output_folder_replaced_by_a_file_mid_run(tmp_path, capsys):
     _ReplacesParent.folder = folder
     from harness.cli.common import check_output_paths, options_from_args
     from harness.cli.run import execute
-    from harness.entries import make_entry
+    from harness.sources.entries import make_entry
 
     parser = cli.build_parser()
     args = parser.parse_args(["run", "--checks", "vmap", "--json", str(folder / "r.json")])

@@ -100,7 +100,7 @@ def test_requires_grad_of_an_input_becomes_needs_input_grad(copy: Path) -> None:
         out.rewritten.replace(b"if ctx.needs_input_grad[0]:", b"if x.requires_grad:")
     )
     from harness import check
-    from harness.targets import import_module
+    from harness.sources.imports import import_module
 
     cls = import_module(str(literal), "literal").SurrogateSpike
     twins = check(cls, _samples("spike_samples"), checks=["grad_of_vmap"], gradient="custom").cases

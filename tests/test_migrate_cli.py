@@ -206,7 +206,7 @@ def test_recorded_calls_verify_the_migration(copy: Path, tmp_path: Path) -> None
     """--recorded DIR: the calls a program made, recorded by harness.recording (its own
     branch; skipped where that recorder is not installed)."""
     recording = pytest.importorskip("harness.recording")
-    from harness.targets import import_module
+    from harness.sources.imports import import_module
 
     module = import_module(str(copy), "recorded")
     folder = tmp_path / "rec"

@@ -21,7 +21,7 @@ import torch
 from harness.checks import composites
 from harness.core.options import Options
 from harness.engine.runner import run_entries
-from harness.entries import make_entry
+from harness.sources.entries import make_entry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -202,7 +202,7 @@ import torch
 import harness.engine.runner as runner
 from harness.core.options import Options
 from harness.engine.parallel import run_parallel
-from harness.entries import make_entry
+from harness.sources.entries import make_entry
 sys.path.insert(0, sys.argv[1])
 import tests.test_perf_paths as defs
 function, workers = getattr(defs, sys.argv[2]), int(sys.argv[3])

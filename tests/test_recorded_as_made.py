@@ -10,9 +10,9 @@ import torch
 from harness.cli.main import main
 from harness.core.options import Options
 from harness.engine.cases import EntryData
-from harness.recorded.declare import parse_declarations
-from harness.recorded.entries import recorded_entries
 from harness.recording import load_recording, recording
+from harness.sources.declare import parse_declarations
+from harness.sources.recorded import recorded_entries
 from tests import data_kinds_functions as dk
 
 TARGET = "tests.data_kinds_functions:Probe"

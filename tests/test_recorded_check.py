@@ -15,9 +15,9 @@ import torch
 from harness.cli.main import main
 from harness.core.errors import UsageError
 from harness.core.schema import read_report
-from harness.recorded.declare import parse_declaration, parse_declarations
 from harness.recording import recording
 from harness.recording.model import RecordedCall, RecordedFunction, Recording, SkippedCall
+from harness.sources.declare import parse_declaration, parse_declarations
 from tests import recorded_functions as rf
 
 FAST = [

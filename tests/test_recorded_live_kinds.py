@@ -308,7 +308,7 @@ def test_declarations_written_once_reach_every_path(project, where):
 
 
 def test_a_command_line_declaration_replaces_the_files_line_for_its_function(tmp_path):
-    from harness.recorded.config import declaration_lines
+    from harness.sources.declare_config import declaration_lines
 
     (tmp_path / "pyproject.toml").write_text(
         '[tool.afdb]\ndeclare = """\nm:A gradient=custom\nm:B nondiff-args=1  # why\n"""\n'

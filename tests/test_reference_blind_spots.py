@@ -28,8 +28,8 @@ from harness.checks.second_order import (
 )
 from harness.cli.main import main
 from harness.engine.cases import EntryData, enumerate_cases
-from harness.entries import make_entry
 from harness.plans.plan import ArgLayout, hazard_plans
+from harness.sources.entries import make_entry
 
 from . import reference_functions as rf
 from . import verdict_functions as vf

@@ -17,7 +17,8 @@ from harness.cli.main import main
 from harness.core.errors import UsageError
 from harness.core.options import Options
 from harness.engine import probe
-from harness.entries import base_samples, make_entry
+from harness.sources.entries import make_entry
+from harness.sources.user_samples import base_samples
 from tests import sample_blame_functions as sb
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,8 @@ from harness.cli.main import main
 from harness.core.errors import UsageError
 from harness.core.options import Options
 from harness.engine import probe
-from harness.entries import SAMPLES_MAX, base_samples, make_entry, samples_note
+from harness.sources.entries import make_entry
+from harness.sources.user_samples import SAMPLES_MAX, base_samples, samples_note
 from tests import module_samples as ms
 from tests import wrong_samples as ws
 
@@ -132,7 +133,7 @@ def test_module_level_samples_beside_the_class_are_found(capsys):
 def test_missing_samples_say_where_the_suite_looked(capsys):
     line = refused(capsys, "check", "examples/rotations.py:RotatePoints", "--no-isolate")
     assert "looked for RotatePoints.samples and a module-level `samples` in" in line
-    from harness.entries import samples_attribute, samples_places
+    from harness.sources.entries import samples_attribute, samples_places
 
     assert samples_attribute(_NoSamples) is None
     assert samples_places(_NoSamples) == (

@@ -12,13 +12,9 @@ from autograd_function_db.hazards import find_hazards
 from autograd_function_db.registry import structure_of
 from harness.core.options import Options
 from harness.engine.runner import run_entries
-from harness.sources import (
-    PYTORCH_PREFIX,
-    SourceError,
-    expectations_path,
-    load_source,
-    options_for_source,
-)
+from harness.sources.batch_sizes import options_for_source
+from harness.sources.database import SourceError, expectations_path, load_source
+from harness.sources.pytorch_db import PYTORCH_PREFIX
 
 VMAP_FAMILY = ("vmap", "vmap_nested", "vmap_chunked", "contract")
 
@@ -103,7 +99,7 @@ def test_pytorch_expectations_file(pytorch_entries):
 _SUMMARY = r"""
 import json, sys
 import torch
-from harness import sources
+from harness.sources import pytorch_db as sources
 
 def summary(registry):
     out = []
@@ -156,7 +152,7 @@ def test_stand_ins_step_aside_for_a_module_needing_more(tmp_path, monkeypatch):
     import importlib.util
     import sys
 
-    from harness import sources
+    from harness.sources import pytorch_db as sources
 
     fake = tmp_path / "needs_more.py"
     fake.write_text("from torch.testing._internal.opinfo.core import OpInfo, DecorateInfo\n")

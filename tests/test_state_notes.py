@@ -131,8 +131,8 @@ def test_the_working_directory_note_carries_no_absolute_path(tmp_path, monkeypat
 
 def test_a_recorded_functions_verdict_line_carries_the_note():
     from harness.core.results import CaseResult, RunResult
-    from harness.recorded.entries import CHECKED, RecordedEntry
     from harness.recorded.verdicts import verdicts
+    from harness.sources.recorded import CHECKED, RecordedEntry
 
     def case(status, message):
         return CaseResult("m:F/vmap/s0", "m:F", "vmap", 0, "", None, status, message)

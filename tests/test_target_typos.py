@@ -10,7 +10,7 @@ import pytest
 
 from harness import UsageError
 from harness.cli.main import main
-from harness.targets import load_attr
+from harness.sources.imports import load_attr
 
 ROT = Path(__file__).resolve().parent.parent / "examples" / "rotations.py"
 

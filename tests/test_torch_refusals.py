@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import harness
 from harness.engine.refusals import refusal
-from harness.entries import make_entry
+from harness.sources.entries import make_entry
 from tests import refusal_functions as rf
 
 GRAD = "vmap_of_autograd_grad"

@@ -93,7 +93,7 @@ def test_n_above_the_number_of_cases_is_reduced_to_it(capsys, monkeypatch):
 def ids_and_statuses_from_run(capsys, entry, checks):
     from harness.core.options import Options
     from harness.engine.cases import all_case_ids
-    from harness.sources import load_source
+    from harness.sources.database import load_source
 
     entries = [e for e in load_source("afdb") if e.name == entry]
     return all_case_ids(entries, Options(checks=(checks,)))

@@ -50,7 +50,7 @@ class BackendError(UsageError):
 def import_modules(names: Sequence[str]) -> dict[str, str]:
     """Import each module (a PrivateUse1 device, a compile backend's registration) and
     return ``{module: version of its distribution or ''}`` for the certificate."""
-    from harness.targets import import_module
+    from harness.sources.imports import import_module
 
     loaded: dict[str, str] = {}
     for name in names:
@@ -77,7 +77,7 @@ def _module_version(name: str, module: Any) -> str:
 
 def _resolve(spec: str, what: str) -> Any:
     """``module:attr`` or ``path/to/file.py:attr`` as an object, or BackendError."""
-    from harness.targets import load_attr
+    from harness.sources.imports import load_attr
 
     try:
         return load_attr(spec, what)
@@ -140,7 +140,7 @@ def subclass_adapter(spec: str) -> SubclassAdapter:
             "torch.Tensor; name the tensor subclass class, e.g. "
             "torch.testing._internal.two_tensor:TwoTensor"
         )
-    from harness.targets import import_module, split_spec
+    from harness.sources.imports import import_module, split_spec
 
     module = import_module(split_spec(spec, "--subclass")[0], "--subclass")
     wrap = getattr(module, "wrap", None)

@@ -27,7 +27,7 @@ from typing import Any
 from harness.certify.backends import COMPILE, DEVICE, SUBCLASS, Backend, BackendError
 from harness.core.errors import UsageError
 from harness.core.textsafe import visible
-from harness.targets import same_spec
+from harness.sources.imports import same_spec
 
 #: How long a name read from a certificate may be in a message.
 _SHOWN = 200

@@ -190,7 +190,7 @@ def expectations_for(
 ) -> tuple[str | None, list[str]]:
     """The expectations file the run uses (merged from the committed ones) and its sources."""
     from harness import expectations as ex
-    from harness.sources import expectations_path
+    from harness.sources.database import expectations_path
 
     if args.no_expectations:
         return None, []
@@ -255,7 +255,9 @@ def certify(
     from harness.certify.certificate import build
     from harness.cli.common import options_from_args
     from harness.cli.run import execute, print_summary
-    from harness.sources import case_prefixes, load_source, options_for_source, select_entries
+    from harness.sources.batch_sizes import options_for_source
+    from harness.sources.database import load_source
+    from harness.sources.select import case_prefixes, select_entries
 
     if backend.kind == "compile":  # compiled autograd is what it certifies: torch's own path
         from harness.core import shims

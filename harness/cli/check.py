@@ -205,7 +205,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def spec_from_args(args: argparse.Namespace, target: str) -> Any:
-    from harness.targets import TargetSpec
+    from harness.sources.target import TargetSpec
 
     caps: dict[str, Any] = {}
     if args.inplace_args:
@@ -219,7 +219,7 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
     if args.no_double_backward:
         caps["double_backward"] = False
     if getattr(args, "dtypes", None):
-        from harness.entries import declared_dtypes
+        from harness.sources.entries import declared_dtypes
 
         names = tuple(n.strip() for n in args.dtypes.split(",") if n.strip())
         try:
@@ -244,9 +244,9 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
 def prepared(spec: Any, options: Options) -> tuple[Any, Options]:
     """The entry and options for a user target: samples validated (each calls the Function
     once with no transform), batch sizes chosen."""
-    from harness.entries import (
+    from harness.sources.batch_sizes import choose_batch_sizes
+    from harness.sources.user_samples import (
         base_samples,
-        choose_batch_sizes,
         refuse_unfit_samples,
         samples_note,
         slice_notes,
@@ -378,7 +378,7 @@ def check_once(args: argparse.Namespace) -> int:
         if options.samples_note:
             print(f"samples: {visible(options.samples_note, keep_newlines=False)}")
         from harness.checks.dtype_leg import LEG_ANNOUNCEMENT, leg_runs
-        from harness.entries import base_samples
+        from harness.sources.user_samples import base_samples
 
         if leg_runs(entry, base_samples(entry, options), options):
             print(f"dtypes: {LEG_ANNOUNCEMENT}")
@@ -477,7 +477,7 @@ def _report_settings(path: str) -> dict[str, Any]:
 
 def _names_the_recorded(spec: Any, recorded: dict[str, Any]) -> bool:
     """Whether the TARGET (and --samples) the user named are the report's target spec."""
-    from harness.targets import same_spec
+    from harness.sources.imports import same_spec
 
     samples = recorded.get("samples")
     if not same_spec(spec.target, recorded["target"]):
@@ -507,7 +507,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     from harness.core.errors import UsageError
     from harness.core.options import DTYPES, Options, parse_dtype
     from harness.engine.cases import find_case
-    from harness.targets import TargetSpec
+    from harness.sources.target import TargetSpec
 
     target_text = args.target or args.target_opt
     md: dict[str, Any] = _report_settings(args.report) if args.report else {}
@@ -587,7 +587,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         else:
             entry, options = prepared(spec, options)
     else:
-        from harness.sources import load_source
+        from harness.sources.database import load_source
 
         if md:
             options = options.replace(

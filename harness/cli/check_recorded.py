@@ -39,7 +39,7 @@ class RecordedTarget:
     recorded: bool = True
     #: The command line's capability flags for every Function (``_default_declaration``).
     default: Any = field(default=None, compare=False, repr=False)
-    #: (factory, kwargs) that make a class defined inside a function (harness.recorded.rebuild).
+    #: (factory, kwargs) that make a class defined inside a function (harness.sources.rebuild).
     rebuild: Any = None
 
     def worker_config(self) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def _default_declaration(args: argparse.Namespace) -> Any:
     """The command line's capability flags, for every recorded Function (a --declare line
     for one Function replaces them for it)."""
     from harness.cli.check import spec_from_args
-    from harness.recorded.declare import Declaration
+    from harness.sources.declare import Declaration
 
     spec = spec_from_args(args, "recorded:all")
     return Declaration("*", spec.gradient, dict(spec.capabilities))
@@ -102,9 +102,9 @@ def recorded_run(
     xdist: bool = False,
 ) -> tuple[list[Any], Any]:
     """Every recorded Function (checkable or not) and the declarations by target."""
-    from harness.recorded.config import declaration_lines
-    from harness.recorded.declare import parse_declarations
-    from harness.recorded.entries import UNIMPORTABLE, UNIMPORTABLE_XDIST, recorded_entries
+    from harness.sources.declare import parse_declarations
+    from harness.sources.declare_config import declaration_lines
+    from harness.sources.recorded import UNIMPORTABLE, UNIMPORTABLE_XDIST, recorded_entries
 
     lines = getattr(args, "declare_lines", None)
     if lines is None:  # the project's files in the working directory, then --declare
@@ -145,12 +145,12 @@ def _select(recorded: list[Any], prefixes: Sequence[str]) -> list[Any]:
 def shared_options(entries: Sequence[Any], options: Options, args: argparse.Namespace) -> Options:
     """Batch sizes no recorded dim uses, the same for every Function (unless fixed)."""
     if getattr(args, "batch_size", None) or getattr(args, "nested_batch_sizes", None):
-        from harness.sources import validate_entry
+        from autograd_function_db.registry import validate_entry
 
         for e in entries:
             validate_entry(e, options.hazard_sizes())
         return options
-    from harness.sources import hazard_free_options
+    from harness.sources.batch_sizes import hazard_free_options
 
     return hazard_free_options(entries, options) if entries else options
 
@@ -200,7 +200,7 @@ def check_recording(
     check_output_paths(args)
     controller_threads(args)
     everything, declarations = recorded_run(args, recording, classes, xdist=xdist)
-    from harness.recorded.entries import unknown_declarations
+    from harness.sources.recorded import unknown_declarations
 
     for name in unknown_declarations(declarations, everything):
         given = any(line.split()[:1] == [name] for line in args.declare or ())
@@ -210,7 +210,7 @@ def check_recording(
     options = shared_options([r.entry for r in everything if r.entry is not None], options, args)
     recorded = _select(everything, args.target) if args.target else everything
     entries = [r.entry for r in recorded if r.entry is not None]
-    from harness.sources import case_prefixes
+    from harness.sources.select import case_prefixes
 
     args.case_prefixes = case_prefixes(entries, [p for p in args.target or () if "/" in p])
     show = lines or _print_lines
@@ -318,9 +318,9 @@ def rebuild(config: Mapping[str, Any], names: Sequence[str]) -> tuple[list[Any],
     """In a fresh worker interpreter: the entries ``names`` of the recording a
     ``RecordedTarget.worker_config`` describes (classes imported by their targets), and the
     target their repro commands name."""
-    from harness.recorded.declare import Declaration, parse_declarations
-    from harness.recorded.entries import recorded_entries
     from harness.recording import load_recording
+    from harness.sources.declare import Declaration, parse_declarations
+    from harness.sources.recorded import recorded_entries
 
     declarations = parse_declarations(config["declarations"])
     capabilities = {
@@ -359,7 +359,7 @@ def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Option
     args.rebuild_spec = rebuild_spec(args)
     classes = None
     if args.rebuild_spec is not None:
-        from harness.recorded.rebuild import rebuild
+        from harness.sources.rebuild import rebuild
 
         qualname = name.partition(":")[2]
         spec, kwargs = args.rebuild_spec

@@ -6,7 +6,7 @@ then what a schema cannot say is checked, naming the field: ``metadata.target_sp
 'os; rm -rf /:x' is not a module path``. The report's target is never imported on its word:
 ``afdb repro`` refuses a report of a user Function unless the user names TARGET (and
 ``--samples``) on the command line, and takes the report's settings only when what the user
-named is the report's target (``harness.targets.same_spec``).
+named is the report's target (``harness.sources.target.same_spec``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _problem(md: dict[str, Any]) -> str:
     ``path: what`` (types, ranges and known fields are ``harness/schemas/report.json``'s)."""
     from harness.core.options import DTYPES, SAMPLE_DTYPES  # torch: not for --help
     from harness.repro.script import spec_problem
-    from harness.sources import SOURCES
+    from harness.sources.database import SOURCES
 
     if md.get("dtype") not in (*DTYPES, SAMPLE_DTYPES):
         return (

@@ -140,7 +140,7 @@ def print_summary_line(result: RunResult, out: Any = None) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from harness.checks.catalogue import CHECKS, check_names
-    from harness.sources import load_source
+    from harness.sources.database import load_source
 
     if args.checks:
         for name in check_names():  # catalogue order (afdb certify's backend checks left out)
@@ -182,7 +182,7 @@ def execute(
 ) -> RunResult:
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
-    ``target`` is a user target (``harness.targets.TargetSpec``) for ``afdb check``;
+    ``target`` is a user target (``harness.sources.target.TargetSpec``) for ``afdb check``;
     ``summary`` replaces the default printed summary (``-q``: the summary line), so a
     caller passes none under ``-q``; ``known_entries`` are all the
     source's entry names (for telling a stale expectation from an unselected one);
@@ -324,13 +324,9 @@ def worker_count(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.sources import (
-        case_prefixes,
-        expectations_path,
-        load_source,
-        options_for_source,
-        select_entries,
-    )
+    from harness.sources.batch_sizes import options_for_source
+    from harness.sources.database import expectations_path, load_source
+    from harness.sources.select import case_prefixes, select_entries
 
     rerun = apply_last_failed(args, user=False)
     options = options_from_args(args)

@@ -202,7 +202,7 @@ def by_prefix(ids: list[str], prefixes: dict[str, list[str]]) -> list[str]:
     """The ids an entry's prefixes select (an entry without prefixes: all of its ids); a
     prefix that selects nothing is refused with the closest ids. An entry whose samples
     could not be built keeps its one ``samples`` record (its cases cannot be listed)."""
-    from harness.sources import matches_prefix
+    from harness.sources.select import matches_prefix
 
     out: list[str] = []
     hit: set[str] = set()

@@ -36,7 +36,7 @@ def _spec_file(spec: str | None, base_dir: str) -> str | None:
     """The file a ``module:attr`` or ``path.py:attr`` names, found without running it."""
     if not spec or ":" not in spec:
         return None
-    from harness.targets import is_path
+    from harness.sources.imports import is_path
 
     module = spec.rpartition(":")[0]
     if is_path(module):
@@ -110,7 +110,7 @@ def _display(path: str) -> str:
 def run_watch(args: argparse.Namespace, check_once: Callable[[argparse.Namespace], int]) -> int:
     """Run ``check_once`` now and again after each change of the user's files; the exit
     status of the last run (``--watch-iterations N`` stops after N runs; Ctrl-C: 130)."""
-    from harness.targets import forget_modules, user_modules
+    from harness.sources.imports import forget_modules, user_modules
 
     if getattr(args, "accept", False):
         raise CliError("--watch cannot go with --accept (which rewrites a file once)")

@@ -127,7 +127,7 @@ def _dotted(spec: str, target: str) -> list[SourceFile]:
 def import_original(src: SourceFile) -> ModuleType:
     """The user's module as the rest of their code imports it; UsageError if it fails."""
     if "." not in src.module:  # a plain file: loaded as afdb check loads it (same module)
-        from harness.targets import import_module
+        from harness.sources.imports import import_module
 
         return import_module(src.path, src.label)
     if src.root not in sys.path:

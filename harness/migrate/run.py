@@ -250,12 +250,13 @@ def _verdict_outcome(name: str, migration: Migration, verdict: Verdict) -> Class
 def _samples(mod: Any, name: str, settings: Settings) -> list[Any] | None:
     """The samples (``Sample`` objects) a class is verified on, or None when there are none."""
     from harness.core.options import Options
-    from harness.entries import base_samples, make_entry, samples_attribute
+    from harness.sources.entries import make_entry, samples_attribute
+    from harness.sources.user_samples import base_samples
 
     cls = getattr(mod, name)
     source: Any = None
     if settings.samples:
-        from harness.targets import load_attr
+        from harness.sources.imports import load_attr
 
         source = load_attr(settings.samples, "--samples")
     elif settings.recorded:

@@ -3,7 +3,7 @@ and ``pytest --afdb``.
 
 A recording (``harness.recording``) holds, per Function class, up to a few of the calls a
 program made. Each recorded Function becomes an entry named by its ``module:QualName``
-target whose samples are those calls (the unseeded-samples path of ``harness.entries``:
+target whose samples are those calls (the unseeded-samples path of ``harness.sources.entries``:
 distinct slices by perturbation, batch sizes that avoid every recorded dim), checked as
 ``afdb check`` checks one Function. What a class cannot say (a straight-through gradient,
 arguments never differentiated) comes from declarations (``declare``).

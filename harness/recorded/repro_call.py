@@ -15,9 +15,9 @@ def recorded_entry(
 ) -> Any:
     """The entry of the recorded Function ``target`` (``cls``: its class when it cannot be
     imported by its target, e.g. rebuilt by its factory)."""
-    from harness.recorded.declare import parse_declarations
-    from harness.recorded.entries import recorded_entry as make
     from harness.recording import load_recording
+    from harness.sources.declare import parse_declarations
+    from harness.sources.recorded import recorded_entry as make
 
     function = load_recording(directory).function(target)
     if function is None:

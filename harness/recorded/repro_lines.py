@@ -8,7 +8,7 @@ runner made (which carries every ``--declare`` of the session):
   sub-checks (one input alone, one output alone, non-contiguous), so the script runs the
   call the case found failing, not the composite that passed;
 * for a class made inside a function: ``--rebuild pkg.mod:make_fn --rebuild-args JSON``
-  where ``harness.recorded.rebuild`` can make the class again from its factory, else
+  where ``harness.sources.rebuild`` can make the class again from its factory, else
   ``pytest --afdb -k TEST`` naming the test that reached it (the class exists only in a
   process that runs that test).
 """
@@ -88,7 +88,7 @@ def one_declaration_repros(
 ) -> int:
     """Rewrite every non-conforming recorded case's ``repro`` (see the module docstring);
     returns how many."""
-    from harness.recorded.rebuild import factory_of
+    from harness.sources.rebuild import factory_of
 
     by_target = {r.target: r for r in recorded}
     importable = {

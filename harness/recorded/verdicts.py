@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
 from harness.core.state_notes import verdict_note
-from harness.recorded.entries import (
+from harness.sources.recorded import (
     CHECKED,
     LIVE_ONLY,
     NESTED_ONLY,
@@ -218,7 +218,7 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
 
 
 def _fixed_note(r: RecordedEntry) -> str:
-    """The arguments that stay as recorded in every batch slice (harness.recorded.samples)."""
+    """The arguments that stay as recorded in every batch slice (harness.sources.recorded_samples)."""
     fixed = getattr(getattr(r.entry, "samples", None), "fixed_args", None)
     args = fixed() if callable(fixed) else []
     if not args:

@@ -210,8 +210,8 @@ RECORDING = {_literal(str(target.directory))}
 DECLARATIONS = {_literal(tuple(target.declarations))}
 
 sys.path.insert(0, os.getcwd())  # the recorded Function's module, as `afdb check` found it
-from harness.recorded.declare import parse_declarations
-from harness.recorded.entries import recorded_entries
+from harness.sources.declare import parse_declarations
+from harness.sources.recorded import recorded_entries
 from harness.recording import load_recording
 
 ENTRY = {{

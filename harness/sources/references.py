@@ -19,7 +19,7 @@ from harness.recording.refs import top_package
 
 
 def _load(target: str, where: str, what: str) -> Any:
-    from harness.targets import load_attr
+    from harness.sources.imports import load_attr
 
     try:
         return load_attr(target, f"{where}: {what}")

@@ -2,7 +2,7 @@
 
 Each recorded Function with at least one recorded call becomes an ``Entry`` named by its
 target (``mylib.ops:SoftSort``) whose samples are its recorded calls as they were made
-(``harness.recorded.samples``: the base slice is the call itself; other slices take the
+(``harness.sources.recorded_samples``: the base slice is the call itself; other slices take the
 Function's other calls where they stack, else noise only on the tensors a call
 differentiated or an argument declared ``perturb-args``).
 The class is the live one when the recording process checks (``classes``), else imported
@@ -22,8 +22,8 @@ import torch
 from autograd_function_db.entry import Entry, Sample
 from harness.core.errors import UsageError
 from harness.plans.pytrees import leaves
-from harness.recorded.declare import Declaration
 from harness.recording.refs import top_package
+from harness.sources.declare import Declaration
 
 #: What each recorded Function became (``RecordedEntry.state``).
 CHECKED = "checked"
@@ -159,8 +159,8 @@ def _calls_as_made(
     perturb_args: Sequence[int],
 ) -> Any:
     """The samples of a recorded Function: each call as made for the base slice, distinct
-    data for the others only where a call differentiated it (``harness.recorded.samples``)."""
-    from harness.recorded.samples import RecordedSamples, differentiated_leaves
+    data for the others only where a call differentiated it (``harness.sources.recorded_samples``)."""
+    from harness.sources.recorded_samples import RecordedSamples, differentiated_leaves
 
     return RecordedSamples(samples, differentiated_leaves(positional), perturb_args, target)
 
@@ -185,7 +185,7 @@ def _load_class(function: Any, classes: Mapping[str, Any] | None, unimportable: 
         return _custom_op(function.target)
     if not function.importable:
         raise UsageError(unimportable)
-    from harness.targets import load_attr
+    from harness.sources.imports import load_attr
 
     return load_attr(function.target, "recorded Function")
 
@@ -204,9 +204,9 @@ def recorded_entry(
     declaration names the Function (the command line's own capability flags); ``live``:
     the recording process's snapshots of the calls that hold live values, by their place;
     ``packages``: the only packages a recorded reference may be imported from."""
-    from harness.entries import make_entry
-    from harness.recorded.references import resolve
     from harness.recording.live import Live, placeholders
+    from harness.sources.entries import make_entry
+    from harness.sources.references import resolve
 
     decl = (declarations or {}).get(function.target) or default
     common: dict[str, Any] = {

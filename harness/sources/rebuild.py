@@ -123,7 +123,7 @@ def rebuild(spec: str, kwargs: Mapping[str, Any], qualname: str) -> type:
     module, _, path = spec.partition(":")
     if not _plain(dict(kwargs)):
         raise UsageError(f"--rebuild-args for {spec}: only plain data (numbers, strings, lists)")
-    from harness.targets import load_attr
+    from harness.sources.imports import load_attr
 
     factory = load_attr(spec, "--rebuild")  # imported as afdb check imports recorded targets
     try:

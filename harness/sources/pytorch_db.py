@@ -1,83 +1,38 @@
-"""Entry sources: where the entries of a run come from.
+"""PyTorch's own ``torch.testing._internal.autograd_function_db``, adapted into entries.
 
-* ``"afdb"``: this suite's own registry (``autograd_function_db.REGISTRY``), whose samples
-  are proven hazard-free at the default batch sizes when it is built.
-* ``"pytorch"``: PyTorch's own ``torch.testing._internal.autograd_function_db``, imported
-  at run time (never copied) and adapted into entries: each OpInfo becomes an Entry whose
-  Function is found from ``OpInfo.op`` and whose sample generator calls the OpInfo's
-  ``sample_inputs_func`` under a seeded global RNG (``make_tensor`` draws from it), so
-  different seeds give different data of the same structure.
-
-Hazards. PyTorch's samples use dims such as 3 (a 3x5 input), which collide with the
-default batch sizes (2 outside, 3 inside; chunks of 3). The adapter therefore registers
-its entries with ``Registry(..., validate=False)`` and, instead, ``options_for_source``
-picks batch sizes that no sample dim uses (for torch 2.13: dims {1, 3, 4, 5}, so batch 2,
-nested (2, 6), chunked 8 in chunks of 6), proves every sample hazard-free at those sizes
-with ``validate_entry`` and records the choice in ``Options.batch_size_note``.
-
-Failures that are torch's own limitations are listed, with reasons, in
-``harness/known_failures/<source>.json`` (``expectations_path``), shipped as package data so
-an installed suite applies them as a checkout does.
+Imported at run time (never copied): each OpInfo becomes an Entry whose Function is found
+from ``OpInfo.op`` and whose sample generator calls the OpInfo's ``sample_inputs_func``
+under a seeded global RNG (``make_tensor`` draws from it), so different seeds give
+different data of the same structure. Its samples are not hazard-free at the default batch
+sizes: ``harness.sources.batch_sizes`` picks sizes that avoid their dims.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import importlib.util
 import inspect
 import sys
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from autograd_function_db.entry import Capabilities, Entry, Sample, Tolerances
-from autograd_function_db.hazards import safe_batch_sizes, sample_dim_sizes
-from autograd_function_db.registry import Registry, validate_entry
+from autograd_function_db.registry import Registry
 from harness.core.errors import UsageError
-from harness.core.options import Options
-from harness.core.paths import PACKAGE_DIR
 from harness.plans.slices import seed_cpu_rng
-
-SOURCES: dict[str, str] = {
-    "afdb": "this suite's registry (autograd_function_db.REGISTRY)",
-    "pytorch": "PyTorch's torch.testing._internal.autograd_function_db, adapted at run time",
-}
 
 PYTORCH_MODULE = "torch.testing._internal.autograd_function_db"
 #: Prefix of adapted entry names, so they never clash with the suite's own.
 PYTORCH_PREFIX = "pytorch."
 
-#: The committed expectations of each source (package data: they travel with the wheel).
-KNOWN_FAILURES = PACKAGE_DIR / "known_failures"
-
 
 class SourceError(UsageError):
     """An unknown source, or one that cannot be loaded (a one-line reason)."""
-
-
-def load_source(name: str) -> list[Entry]:
-    """The entries of source ``name`` ("afdb" or "pytorch")."""
-    if name == "afdb":
-        from autograd_function_db import REGISTRY
-
-        return list(REGISTRY)
-    if name == "pytorch":
-        return list(pytorch_registry())
-    raise SourceError(f"unknown source {name!r}; known sources: {', '.join(SOURCES)}")
-
-
-def expectations_path(name: str) -> Path | None:
-    """The committed expectations file of a source, when there is one."""
-    path = KNOWN_FAILURES / f"{name}.json"
-    return path if path.exists() else None
-
-
-# --- the pytorch adapter ------------------------------------------------------------------
 
 
 def _function_of(op: Callable[..., Any], module: Any) -> type | None:
@@ -285,155 +240,3 @@ def pytorch_registry(*, stand_ins: bool = True) -> Registry:
     except Exception as e:  # an old or stripped torch build
         raise SourceError(f"cannot import {PYTORCH_MODULE}: {type(e).__name__}: {e}") from None
     return Registry((adapt_opinfo(o, module) for o in module.autograd_function_db), validate=False)
-
-
-# --- batch sizes that avoid a source's sample dims ---------------------------------------
-
-
-def used_dims(entries: Iterable[Entry], dtype: torch.dtype = torch.float64) -> set[int]:
-    """Every dim size of every sample tensor of these entries."""
-    used: set[int] = set()
-    for e in entries:
-        for s in e.make_samples(0, dtype):
-            used |= sample_dim_sizes(s.args)
-    return used
-
-
-def hazard_free_options(entries: Iterable[Entry], options: Options) -> Options:
-    """Options whose batch sizes no sample dim uses (batch 2 stays when it is free), with
-    the choice recorded in ``batch_size_note``; every sample is then proven hazard-free
-    at those sizes (``validate_entry``), so a misplaced batch dim still fails loudly."""
-    entries = list(entries)
-    used = used_dims(entries, options.dtype or torch.float64)
-    if not used & set(options.hazard_sizes()):
-        return options
-    first, second = safe_batch_sizes(used, 2)
-    chunk = first + second
-    while chunk in used or (chunk % second) in used - {1}:
-        chunk += 1
-    chosen = options.replace(
-        batch_sizes=(first,),
-        nested_batch_sizes=(first, second),
-        chunk=(chunk, second),
-        batch_size_note=(
-            f"batch sizes chosen to avoid the sample dims {sorted(used)}: batch {first}, "
-            f"nested ({first}, {second}), chunked {chunk} in chunks of {second}"
-        ),
-    )
-    for e in entries:
-        validate_entry(e, chosen.hazard_sizes())
-    return chosen
-
-
-def options_for_source(name: str, entries: Iterable[Entry], options: Options) -> Options:
-    """The options a run of source ``name`` should use: the registry's own samples are
-    hazard-free at the defaults; another source gets batch sizes that avoid its dims."""
-    if name == "afdb":
-        return options
-    return hazard_free_options(entries, options)
-
-
-__all__ = [
-    "PYTORCH_MODULE",
-    "PYTORCH_PREFIX",
-    "SOURCES",
-    "SourceError",
-    "adapt_opinfo",
-    "case_prefixes",
-    "expectations_path",
-    "hazard_free_options",
-    "load_source",
-    "matches_prefix",
-    "options_for_source",
-    "pytorch_registry",
-    "select_entries",
-    "used_dims",
-]
-
-
-def _did_you_mean(word: str, known: Iterable[str], n: int = 3) -> list[str]:
-    """Close matches of ``word`` among ``known`` (case-insensitive), in ``known``'s spelling."""
-    by_lower: dict[str, str] = {}
-    for k in known:
-        by_lower.setdefault(k.lower(), k)
-    close = difflib.get_close_matches(word.lower(), list(by_lower), n=n, cutoff=0.6)
-    return [by_lower[c] for c in close]
-
-
-def _suggestion(close: Sequence[str]) -> str:
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
-def entry_of_selector(sel: str, names: Iterable[str]) -> str:
-    """The entry name a selector names: ``NumpyMul`` or the entry of an id prefix
-    (``NumpyMul/vmap``, ``NumpyMul/vmap/s0``)."""
-    known = set(names)
-    if sel in known:
-        return sel
-    return sel.split("/", 1)[0]
-
-
-def select_entries(entries: Sequence[Any], names: Sequence[str]) -> list[Any]:
-    """Entries by name, by tag with ``tag:NAME`` or by case id prefix (``NumpyMul/vmap``:
-    its entry); every selector must match something.
-
-    An unknown name gets the close ones ("did you mean"); an unknown tag lists the known tags.
-    """
-    if not names:
-        return list(entries)
-    entries = list(entries)
-    by_name = {e.name: e for e in entries}
-    chosen: list[Any] = []
-    for sel in names:
-        if sel.startswith("tag:"):
-            tag = sel[4:]
-            hits = [e for e in entries if tag in e.tags]
-            if not hits:
-                tags = sorted({t for e in entries for t in e.tags})
-                close = _did_you_mean(tag, tags)
-                hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-                raise UsageError(
-                    f"{sel!r}: no entry has the tag {tag!r}; {hint}known tags: "
-                    f"{', '.join(tags) or 'none'}"
-                )
-        else:
-            name = entry_of_selector(sel, by_name)
-            hit = by_name.get(name)
-            if hit is None:
-                close = _did_you_mean(name, by_name)
-                what = f"{sel!r} matches no entry"
-                if name != sel:
-                    what = f"{sel!r}: no entry {name!r}"
-                if close:
-                    hint = _suggestion(close) + " (see `afdb list`)"
-                else:
-                    known = ", ".join(e.name for e in entries[:8])
-                    hint = f"; names look like {known}, ... (see `afdb list`), or use tag:TAG"
-                raise UsageError(what + hint)
-            hits = [hit]
-        chosen.extend(h for h in hits if h not in chosen)
-    return chosen
-
-
-def case_prefixes(entries: Sequence[Any], names: Sequence[str]) -> dict[str, list[str]] | None:
-    """The case id prefixes a selection asks for, per entry; an entry selected whole (by its
-    name or a tag) is absent. None when every case of the selected entries runs."""
-    by_name = {e.name for e in entries}
-    whole: set[str] = set()
-    prefixes: dict[str, list[str]] = {}
-    for sel in names:
-        if sel.startswith("tag:"):
-            whole.update(e.name for e in entries if sel[4:] in e.tags)
-            continue
-        name = entry_of_selector(sel, by_name)
-        if name == sel:
-            whole.add(name)
-        else:
-            prefixes.setdefault(name, []).append(sel.rstrip("/"))
-    chosen = {k: v for k, v in prefixes.items() if k not in whole}
-    return chosen or None
-
-
-def matches_prefix(case_id: str, prefix: str) -> bool:
-    """``prefix`` is the id itself or its start up to a "/" (as an expectation's id)."""
-    return case_id == prefix or case_id.startswith(prefix + "/")

@@ -2,7 +2,7 @@
 callable or list (at most ``SAMPLES_MAX``, refusing shapes that are no list of samples),
 and distinct data per slice for a source without a seed (``_SliceDiversity``).
 
-``harness.entries`` makes the Entry around it; the notes a run prints about its samples
+``harness.sources.entries`` makes the Entry around it; the notes a run prints about its samples
 (``samples_note``, ``slice_notes``) are read back from the function this module returns.
 """
 
@@ -17,6 +17,7 @@ import torch
 
 from autograd_function_db.entry import Entry, Sample
 from harness.core.errors import UsageError
+from harness.core.options import Options
 from harness.plans.pytrees import leaves, map_leaves
 from harness.plans.slices import derive_seed
 
@@ -275,7 +276,7 @@ def user_sample_fn(
     accepts that). Floating tensors keep their dtypes unless the run fixes one
     (``dtype=``, ``--dtype``).
     """
-    if getattr(samples, "recorded_samples", False):  # harness.recorded.samples: as it is
+    if getattr(samples, "recorded_samples", False):  # harness.sources.recorded_samples: as it is
         return samples  # type: ignore[no-any-return]
     diversity = _SliceDiversity(call)
     cap = SampleCap()
@@ -344,3 +345,42 @@ def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:
     if diversity is None:
         return ""
     return "; ".join(diversity.notes([s.name for s in samples]))
+
+
+def base_samples(entry: Entry, options: Options) -> list[Sample]:
+    """The samples the run starts from (seed as the runner derives it); UsageError if unusable."""
+    from harness.engine.cases import EntryData
+
+    try:
+        samples = list(EntryData(entry, options).base_samples())
+    except UsageError:
+        raise
+    except Exception as e:
+        from harness.core.locations import describe_exception
+
+        raise SamplesError(
+            f"the samples for {entry.name} could not be built: {describe_exception(e)}"
+        ) from e
+    if not samples:
+        raise SamplesError(f"the samples for {entry.name} are empty; return at least one sample")
+    return samples
+
+
+def refuse_unfit_samples(entry: Entry, options: Options) -> None:
+    """``SamplesError`` when a sample cannot call the Function with no transform at all
+    (``harness.engine.probe``, in a forked child where it can): one line naming the sample,
+    the call and the exception, with a hint when the source looked like one sample."""
+    from harness.engine.probe import probe_samples, refusal_line
+
+    refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s)
+    if refusal is None:
+        return
+    cap = getattr(entry.samples, "cap", None)
+    hints = [cap.single] if isinstance(cap, SampleCap) and cap.single else []
+    if options.dtype is not None:  # the run cast them: their own dtype may be what fits
+        name = str(options.dtype).replace("torch.", "")
+        hints.append(
+            f"the samples were cast to {name} (--dtype {name}, dtype=); leave it out to keep "
+            "their own dtypes"
+        )
+    raise SamplesError(refusal_line(entry, refusal, "; ".join(hints)))

@@ -80,7 +80,7 @@ def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def _cast(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
-    from harness.user_samples import _cast as cast
+    from harness.sources.user_samples import _cast as cast
 
     return cast(sample, dtype, device)
 

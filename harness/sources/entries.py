@@ -8,7 +8,6 @@ so in the result. Used by the Python API, the CLI's targets and the pytest plugi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -20,20 +19,10 @@ from autograd_function_db.entry import (
     VMAP_RULE,
     Capabilities,
     Entry,
-    Sample,
     Tolerances,
 )
-from autograd_function_db.hazards import find_hazards, safe_batch_sizes, sample_dim_sizes
 from harness.core.errors import UsageError
-from harness.core.options import Options
-from harness.user_samples import (  # noqa: F401 (re-exported: callers import them from here)
-    SAMPLES_MAX,
-    SampleCap,
-    SamplesError,
-    samples_note,
-    slice_notes,
-    user_sample_fn,
-)
+from harness.sources.user_samples import user_sample_fn
 
 
 def custom_op_of(target: Any) -> Any | None:
@@ -213,113 +202,3 @@ def declared_dtypes(value: Any) -> tuple[torch.dtype, ...]:
     if not out:
         raise UsageError(f"dtypes: name at least one dtype among {', '.join(DTYPES)}")
     return tuple(dict.fromkeys(out))
-
-
-def base_samples(entry: Entry, options: Options) -> list[Sample]:
-    """The samples the run starts from (seed as the runner derives it); UsageError if unusable."""
-    from harness.engine.cases import EntryData
-
-    try:
-        samples = list(EntryData(entry, options).base_samples())
-    except UsageError:
-        raise
-    except Exception as e:
-        from harness.core.locations import describe_exception
-
-        raise SamplesError(
-            f"the samples for {entry.name} could not be built: {describe_exception(e)}"
-        ) from e
-    if not samples:
-        raise SamplesError(f"the samples for {entry.name} are empty; return at least one sample")
-    return samples
-
-
-def refuse_unfit_samples(entry: Entry, options: Options) -> None:
-    """``SamplesError`` when a sample cannot call the Function with no transform at all
-    (``harness.engine.probe``, in a forked child where it can): one line naming the sample,
-    the call and the exception, with a hint when the source looked like one sample."""
-    from harness.engine.probe import probe_samples, refusal_line
-
-    refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s)
-    if refusal is None:
-        return
-    cap = getattr(entry.samples, "cap", None)
-    hints = [cap.single] if isinstance(cap, SampleCap) and cap.single else []
-    if options.dtype is not None:  # the run cast them: their own dtype may be what fits
-        name = str(options.dtype).replace("torch.", "")
-        hints.append(
-            f"the samples were cast to {name} (--dtype {name}, dtype=); leave it out to keep "
-            "their own dtypes"
-        )
-    raise SamplesError(refusal_line(entry, refusal, "; ".join(hints)))
-
-
-def _chunk_for(safe: Sequence[int], used: set[int]) -> tuple[int, int]:
-    """A (batch, chunk) pair whose chunks (k and the remainder) avoid every sample dim."""
-    for b in safe[1:]:
-        for k in safe:
-            if k < b and (b % k < 2 or b % k not in used):
-                return b, k
-    return 2 * safe[0], safe[0]
-
-
-def choose_batch_sizes(
-    entry: Entry,
-    options: Options,
-    *,
-    fixed: bool = False,
-    fixed_single: bool | None = None,
-    fixed_nested: bool | None = None,
-) -> Options:
-    """Batch sizes no sample dim uses; refuse a sample only where the caller fixed a colliding size.
-
-    ``fixed`` fixes both the single-level and the nested sizes; ``fixed_single`` and
-    ``fixed_nested`` fix one of them (the other, and the chunked sizes, are chosen).
-    The choice is recorded in ``options.batch_size_note`` for the output and reports.
-    """
-    fixed_single = fixed if fixed_single is None else fixed_single
-    fixed_nested = fixed if fixed_nested is None else fixed_nested
-    base = base_samples(entry, options)
-    used: set[int] = set()
-    for s in base:
-        used |= sample_dim_sizes(s.args)
-    safe = safe_batch_sizes(used, 8)
-
-    def refuse(sizes: Sequence[int], flag: str, suggestion: str) -> None:
-        for i, s in enumerate(base):
-            hz = find_hazards(s.args, sizes)
-            if hz:
-                h = hz[0]
-                raise UsageError(
-                    f"sample {i} ({s.name or 'unnamed'}): argument {h.arg} has size {h.size} at "
-                    f"dim {h.dim}, equal to the batch size {h.size} you fixed with {flag}; use "
-                    f"{flag} {suggestion} (no sample dimension uses it), or leave {flag} out and "
-                    "let the suite choose"
-                )
-
-    if fixed_single:
-        refuse(options.batch_sizes, "--batch-size", str(safe[0]))
-    if fixed_nested:
-        refuse(options.nested_batch_sizes, "--nested-batch-sizes", f"{safe[0]},{safe[1]}")
-    changes: dict[str, Any] = {}
-    said = []
-    if not fixed_single and used & set(options.batch_sizes):
-        changes["batch_sizes"] = (safe[0],)
-        said.append(f"batch size {safe[0]}")
-    if not fixed_nested and used & set(options.nested_batch_sizes):
-        changes["nested_batch_sizes"] = (safe[0], safe[1])
-        said.append(f"nested sizes {safe[0]},{safe[1]}")
-    b, k = options.chunk
-    if used & {b, k, b % k} - {0, 1}:  # a last chunk of 1 is checked by the others
-        changes["chunk"] = _chunk_for(safe, used)
-        said.append(f"chunked {changes['chunk'][0]} in chunks of {changes['chunk'][1]}")
-    if not changes:
-        return options
-    defaults = Options()
-    note = (
-        f"sample dims use sizes {sorted(used)}, which include default batch sizes "
-        f"{sorted(used & set(defaults.hazard_sizes()))}; so the suite chose {', '.join(said)}, "
-        "which no sample dimension uses (a misplaced batch dim then fails loudly instead of "
-        "broadcasting)"
-    )
-    return options.replace(batch_size_note=note, **changes)

@@ -3,7 +3,7 @@
 ``mylib.ops:RoundSTE gradient=custom nondiff-args=1`` names a Function by its recorded
 target and sets the keywords ``afdb check`` takes as flags for one Function;
 ``perturb-args=1`` (recorded Functions only) lets the batch slices vary argument 1 although
-no recorded call differentiated it (``harness.recorded.samples``). The same lines
+no recorded call differentiated it (``harness.sources.recorded_samples``). The same lines
 come from ``afdb check --recorded --declare LINE`` (repeatable) and from the
 ``afdb_declare`` ini option of ``pytest --afdb``. A wrong line is one ``UsageError``.
 """
