@@ -20,7 +20,7 @@ environment, the user's own projects included. It therefore:
 * records, with ``--afdb-record[=DIR]``, every autograd.Function call of the session
   (``harness.recording.pytest_session``, imported only when the flag is given);
 * with ``--afdb``, records the session and checks every Function it called at its end
-  (``harness.pytest_afdb``, imported only when the flag is given).
+  (``harness.plugin.session``, imported only when the flag is given).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def _configure_check(config: pytest.Config) -> None:
         return
     if not getattr(config.option, "afdb_record", None):
         config.option.afdb_record = ".afdb/recorded"
-    from harness.pytest_afdb import RecordedCheckSession  # only now do torch and harness load
+    from harness.plugin.session import RecordedCheckSession  # only now do torch and harness load
 
     config.pluginmanager.register(
         RecordedCheckSession(config, config.option.afdb_record), "afdb-check"
@@ -232,7 +232,7 @@ class _RootCauses:
         outcome = yield
         if call.when != "call":
             return
-        module = sys.modules.get("harness.pytest_plugin")
+        module = sys.modules.get("harness.plugin.items")
         record = module.take_failure() if module is not None else None
         if record is not None:
             outcome.get_result().afdb_result = record
@@ -245,7 +245,7 @@ class _RootCauses:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.results:
             return
-        from harness.pytest_plugin import root_cause_lines
+        from harness.plugin.items import root_cause_lines
 
         terminalreporter.section("afdb: non-conforming cases by root cause")
         for line in root_cause_lines(self.results):

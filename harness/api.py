@@ -27,6 +27,7 @@ from harness.core.results import NOTHING_CHECKED_EXIT, CaseResult, RunResult
 from harness.engine.isolation import DEFAULT_TIMEOUT_S
 from harness.engine.metadata import run_metadata
 from harness.engine.runner import run_entries
+from harness.expectations import as_expectations
 from harness.sources.batch_sizes import choose_batch_sizes
 from harness.sources.entries import make_entry
 from harness.sources.user_samples import (
@@ -86,7 +87,7 @@ def check(
     with fixed batch sizes, an unknown check).
     """
     entry, run_options = prepare(function, samples, **options)
-    exps = _expectations(expectations)
+    exps = as_expectations(expectations)
     if target is None:
         target = infer_target(function, samples, **target_fields(options))
     started = time.time()
@@ -114,19 +115,6 @@ def check(
             e.id for e in exps.unmatched([c.id for c in result.cases])
         ]
     return result
-
-
-def _expectations(expectations: Any) -> Any:
-    if expectations is None:
-        return None
-    from harness import expectations as ex
-
-    if isinstance(expectations, ex.Expectations):
-        return expectations
-    try:
-        return ex.load(expectations)
-    except ex.ExpectationsError as e:
-        raise UsageError(str(e)) from None
 
 
 def prepare(

@@ -518,3 +518,14 @@ def accept(path: str | Path, results: list[CaseResult]) -> tuple[Expectations, l
             changes.append(f"removed {e.id} (it passes now, or matches no case)")
     write_atomic(path, new.to_json() + "\n")
     return Expectations(new.items, str(path)), changes
+
+
+def as_expectations(value: Any) -> Expectations | None:
+    """An ``Expectations`` from what a caller passed (a loaded one, a path, or None); a file
+    that cannot be read is one ``UsageError``."""
+    if value is None or isinstance(value, Expectations):
+        return value
+    try:
+        return load(value)
+    except ExpectationsError as e:
+        raise UsageError(str(e)) from None

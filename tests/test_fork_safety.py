@@ -356,7 +356,7 @@ def test_the_project_is_not_collected_by_the_suites_own_pytest():
 
 
 def test_pytest_afdb_shows_progress_and_the_model_on_a_terminal():
-    from harness.pytest_afdb import _Lines, _shower
+    from harness.plugin.session import _Lines, _shower
 
     shown: list[str] = []
     out = _Lines(shown.append, {"lib:F"})

@@ -6,7 +6,6 @@ import io
 
 import expecttest
 
-from harness.cli.run import print_summary
 from harness.core.results import CaseResult, RunResult
 from harness.reports import html as html_report
 from harness.reports import report
@@ -17,6 +16,7 @@ from harness.reports.grouping import (
     root_cause,
     terminal_lines,
 )
+from harness.session.progress import print_summary
 
 
 def case(entry, check, plan, status, message, **kw) -> CaseResult:

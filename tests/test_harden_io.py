@@ -249,7 +249,7 @@ def test_control_characters_and_markup_are_neutralised_everywhere(tmp_path, caps
     from harness.cli.check import print_check_summary
 
     print_check_summary(r)
-    from harness.cli.run import print_summary
+    from harness.session.progress import print_summary
 
     print_summary(r)
     out = capsys.readouterr().out
@@ -397,8 +397,9 @@ def test_the_output_folder_replaced_by_a_file_mid_run(tmp_path, capsys):
     folder = tmp_path / "out"
     folder.mkdir()
     _ReplacesParent.folder = folder
-    from harness.cli.common import check_output_paths, options_from_args
-    from harness.cli.run import execute
+    from harness.session.execute import execute
+    from harness.session.outputs import check_output_paths
+    from harness.session.settings import options_from_args
     from harness.sources.entries import make_entry
 
     parser = cli.build_parser()

@@ -135,7 +135,7 @@ def test_the_regression_diff_keeps_every_string_text():
 
 
 def test_the_console_shows_control_characters_of_a_report_as_escapes(capsys):
-    from harness.cli.run import print_summary
+    from harness.session.progress import print_summary
 
     bell = "\x1b[31mred\x07"
     old, new = _cases(True)

@@ -174,8 +174,8 @@ def _function(target, calls=(), **kw):
 
 
 def test_functions_that_cannot_be_checked_are_listed_with_the_reason(capsys):
-    from harness.cli.check_recorded import check_recording
     from harness.cli.main import build_parser
+    from harness.session.recorded import check_recording
 
     x = _x(5, 7, grad=True)
     rec = Recording(
@@ -209,8 +209,8 @@ def test_functions_that_cannot_be_checked_are_listed_with_the_reason(capsys):
 
 
 def test_a_class_that_cannot_be_imported_is_checked_with_the_live_class(capsys):
-    from harness.cli.check_recorded import check_recording
     from harness.cli.main import build_parser
+    from harness.session.recorded import check_recording
 
     def local(cls):
         class Local(cls):  # a class defined in a function: not importable
@@ -236,8 +236,8 @@ def test_a_class_that_cannot_be_imported_is_checked_with_the_live_class(capsys):
 
 
 def test_progress_lines_only_when_asked_for_a_terminal(capsys):
-    from harness.cli.check_recorded import check_recording
     from harness.cli.main import build_parser
+    from harness.session.recorded import check_recording
 
     x = _x(5, 7, grad=True)
     rec = Recording(

@@ -253,8 +253,9 @@ def certify(
     """Run the certification described by ``args`` on ``backend``; (certificate, result)."""
     from harness.certify.backends import BackendEntry, import_modules, reclassify
     from harness.certify.certificate import build
-    from harness.cli.common import options_from_args
-    from harness.cli.run import execute, print_summary
+    from harness.session.execute import execute
+    from harness.session.progress import print_summary
+    from harness.session.settings import options_from_args
     from harness.sources.batch_sizes import options_for_source
     from harness.sources.database import load_source
     from harness.sources.select import case_prefixes, select_entries
@@ -363,7 +364,7 @@ def print_areas(cert: dict[str, Any], out: Any = None, *, quiet: bool = False) -
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from harness.cli.common import check_output_paths
+    from harness.session.outputs import check_output_paths
 
     backend = backend_from_args(args)
     if backend is None:

@@ -17,15 +17,23 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from harness.cli.common import CliError, add_common_options, check_output_paths, options_from_args
-from harness.cli.run import closing_lines, controller_threads, execute, run_status, worker_count
+from harness.cli.common import add_common_options
 from harness.cli.selection import add_selection_options, apply_last_failed, last_failed_note
 from harness.core.dtype_names import DTYPE_NAMES, SAMPLE_DTYPES
-from harness.core.errors import UsageError
+from harness.core.errors import CliError, UsageError
 from harness.core.locations import portable_path, portable_spec
 from harness.core.results import STATUSES, RunResult
 from harness.core.signals import deferred_signals
 from harness.core.textsafe import visible
+from harness.session.execute import (
+    closing_lines,
+    controller_threads,
+    execute,
+    run_status,
+    worker_count,
+)
+from harness.session.outputs import check_output_paths
+from harness.session.settings import options_from_args
 
 if TYPE_CHECKING:  # torch loads when a command runs, never for `afdb --help`
     from harness.core.options import Options
@@ -535,7 +543,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         options = options.replace(plan_cap=args.plan_cap)
     if ",hazard=" in args.case_id:  # a hazard-probe case exists only with the probe on
         options = options.replace(hazard_probe=True)
-    from harness.cli.common import parse_int_list
+    from harness.session.settings import parse_int_list
 
     if args.batch_size:
         options = options.replace(batch_sizes=parse_int_list(args.batch_size, "--batch-size"))
@@ -550,8 +558,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
         from harness.cli.check_recorded import repro_entry
 
         entry, options = repro_entry(args, options)
-        from harness.cli.check_recorded import RecordedTarget
         from harness.core.locations import portable_path
+        from harness.session.recorded import RecordedTarget
 
         spec = RecordedTarget(
             portable_path(args.recorded), tuple(args.declare or ()), rebuild=args.rebuild_spec

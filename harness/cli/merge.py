@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli.common import CliError
+from harness.core.errors import CliError
 from harness.core.locations import portable_path
 from harness.core.results import CaseResult, RunResult
 
@@ -199,10 +199,10 @@ def merge(reports: list[tuple[str, dict[str, Any]]], *, partial: bool = False) -
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.cli.common import check_output_paths, report_write_failures, write_reports
-    from harness.cli.run import print_summary
     from harness.core.results import NOTHING_CHECKED_EXIT
     from harness.core.schema import read_report
+    from harness.session.outputs import check_output_paths, report_write_failures, write_reports
+    from harness.session.progress import print_summary
 
     check_output_paths(args)
     reports = [(path, read_report(path)) for path in args.reports]

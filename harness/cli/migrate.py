@@ -99,7 +99,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from harness.cli.common import CliError
+    from harness.core.errors import CliError
     from harness.migrate.run import Settings
 
     if args.force and not args.write:

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import CliError
+from harness.core.errors import CliError
 
 DEFAULT_DIR = ".afdb/recorded"
 

@@ -61,7 +61,7 @@ def add_parsers(sub: Any) -> None:
 def _check_writable(
     args: argparse.Namespace, flags: tuple[str, ...], inputs: list[tuple[str, str]]
 ) -> None:
-    from harness.cli.common import check_output_paths
+    from harness.session.outputs import check_output_paths
 
     ns = argparse.Namespace(**{f: getattr(args, f, None) for f in flags})
     if getattr(ns, "markdown", None) == "-":

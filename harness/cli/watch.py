@@ -22,8 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.cli.common import CliError
-from harness.core.errors import UsageError
+from harness.core.errors import CliError, UsageError
 from harness.core.textsafe import visible
 
 #: Seconds between two looks at the watched files.

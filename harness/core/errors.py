@@ -19,6 +19,10 @@ class UsageError(ValueError):
     """Bad input from the user: the message is one line naming what is wrong and how to fix it."""
 
 
+class CliError(UsageError):
+    """Bad input to a command's settings (the CLI's flags, ``pytest --afdb``'s options)."""
+
+
 class CaseTimeout(BaseException):
     """The case ran past its time limit."""
 

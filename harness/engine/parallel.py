@@ -544,7 +544,7 @@ def _run_xdist(
         test_file = os.path.join(folder, "test_afdb_cases.py")
         with open(test_file, "w") as f:
             f.write(
-                "from harness.pytest_plugin import config_tests\n\n"
+                "from harness.plugin.workers import config_tests\n\n"
                 f"test_case = config_tests({config_path!r})\n"
             )
         env = dict(os.environ, AFDB_RESULTS_DIR=folder, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")

@@ -24,7 +24,7 @@ from harness.core.repro_scope import failing_sub_check
 from harness.core.results import BAD_STATUSES, RunResult
 
 
-def _test_name(places: Sequence[str]) -> str:
+def test_name(places: Sequence[str]) -> str:
     """The first pytest node id among ``places`` ('' if none)."""
     return next((p for p in places if "::" in p), "")
 
@@ -111,7 +111,7 @@ def one_declaration_repros(
                 rebuilds[case.entry] = factory_of(live) if live is not None else None
             rebuild = rebuilds[case.entry]
             if rebuild is None:
-                local = _test_name(r.places)
+                local = test_name(r.places)
         case.repro = recorded_repro(case.repro, case, decl, rebuild=rebuild, local_test=local)
         done += 1
     return done

@@ -349,11 +349,3 @@ def recorded_entries(
     seen = {r.target for r in out}
     out += [RecordedEntry(t, NEVER_CALLED) for t in recording.never_called if t not in seen]
     return out
-
-
-def unknown_declarations(
-    declarations: Mapping[str, Declaration], recorded: Sequence[RecordedEntry]
-) -> list[str]:
-    """Declared targets the recording does not hold (a typo, or a Function never called)."""
-    known = {r.target for r in recorded}
-    return [t for t in declarations if t not in known]

@@ -58,20 +58,25 @@ def _shower(reporter: Any) -> Any:
     return show
 
 
+#: (setting, pytest option) for every ``--afdb-*`` option that sets one of ``afdb check``'s.
+OPTIONS = (
+    ("json", "afdb_json"),
+    ("markdown", "afdb_markdown"),
+    ("html", "afdb_html"),
+    ("junit", "afdb_junit"),
+    ("checks", "afdb_checks"),
+    ("expectations", "afdb_expectations"),
+)
+
+
 def check_argv(config: Any, directory: str) -> list[str]:
-    """The ``afdb check --recorded`` command line the session's options make."""
+    """The ``afdb check --recorded`` command line the session's options make (what the
+    reports name as the run's command)."""
     argv = ["check", "--recorded", directory]
-    for flag, option in (
-        ("--json", "afdb_json"),
-        ("--markdown", "afdb_markdown"),
-        ("--html", "afdb_html"),
-        ("--junit", "afdb_junit"),
-        ("--checks", "afdb_checks"),
-        ("--expectations", "afdb_expectations"),
-    ):
+    for key, option in OPTIONS:
         value = config.getoption(option, None)
         if value:
-            argv += [flag, str(value)]
+            argv += [f"--{key}", str(value)]
     for line in declare_lines(config):
         argv += ["--declare", line]
     return argv
@@ -99,18 +104,24 @@ class RecordedCheckSession:
         self.problem = ""
         self.failing = False
 
-    def _args(self) -> argparse.Namespace:
-        from harness.cli.main import build_parser
+    def _settings(self) -> Any:
+        """The check's settings from the session's options (no command line is parsed: the
+        ``afdb check`` line in the reports is ``check_argv``'s, for reading only)."""
+        from harness.session.settings import Settings
 
-        argv = check_argv(self.config, self.directory)
-        parser = build_parser()
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit:
-            raise UsageError(f"--afdb: the options make a wrong check: {' '.join(argv)}") from None
-        args.argv = argv
-        args.declare_lines = list(args.declare or ())  # read once, from the project's files
-        return args
+        given: dict[str, Any] = {}
+        for key, option in OPTIONS:
+            value = self.config.getoption(option, None)
+            if value:
+                given[key] = str(value)
+        lines = declare_lines(self.config)
+        return Settings(
+            recorded=self.directory,
+            declare=lines or None,
+            declare_lines=lines,  # read once, from the project's files
+            argv=check_argv(self.config, self.directory),
+            **given,
+        )
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
@@ -123,7 +134,7 @@ class RecordedCheckSession:
         tty = reporter is not None and getattr(reporter, "isatty", False)
         show = _shower(reporter) if tty and reporter is not None else None
         try:
-            args = self._args()
+            args = self._settings()
             from harness.recording import load_recording
 
             recording = load_recording(self.directory)
@@ -195,7 +206,7 @@ def _check(
     xdist: bool = False,
     live: Any = None,
 ) -> Any:
-    from harness.cli.check_recorded import check_recording
+    from harness.session.recorded import check_recording
 
     args.live_calls = live
 

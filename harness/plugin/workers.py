@@ -1,0 +1,126 @@
+"""The pytest workers of ``afdb run -n`` / ``afdb check`` (fresh interpreters under pytest-xdist).
+
+The engine (``harness.engine``) never imports this wing: it starts pytest with
+``-p harness.plugin.workers`` and the run's config file, and this plugin parametrizes the
+engine's generated test function with the config's case ids; each item writes its result
+to a per-worker JSON-lines file the controller reads (the controller's crash hook is in the
+generated conftest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from harness.plugin.items import Suite, parametrized
+
+
+def suite_from_config(config: dict[str, Any]) -> Suite:
+    from harness.core.options import Options
+    from harness.expectations import as_expectations
+    from harness.sources.target import TargetSpec
+
+    options = Options.from_dict(config["options"])
+    target: Any = None
+    if config.get("target"):
+        entries = [TargetSpec.from_dict(config["target"]).make_entry()]
+        target = TargetSpec.from_dict(config.get("repro_target") or config["target"])
+    elif config.get("recorded"):  # a recorded check whose parent could not fork
+        from harness.sources.recording import rebuild
+
+        entries, target = rebuild(config["recorded"], config["entries"])
+    else:
+        from harness.sources.database import load_source
+        from harness.sources.select import select_entries
+
+        entries = select_entries(load_source(config.get("source", "afdb")), config["entries"])
+    if config.get("backend"):  # afdb certify: the entries as they run on the backend
+        from harness.certify.backends import Backend
+        from harness.certify.checks import adapt
+
+        entries = adapt(Backend.from_spec(config["backend"]), entries)
+    return Suite(
+        entries,
+        options,
+        target=target,
+        expectations=as_expectations(config.get("expectations")),
+        results_dir=config["results_dir"],
+        case_ids=[tuple(pair) for pair in config["cases"]] if "cases" in config else None,
+    )
+
+
+class WorkerFiles:
+    """This process's results file, its 'running now' marker and its fault log."""
+
+    def __init__(self, results_dir: str) -> None:
+        import faulthandler
+
+        pid = os.getpid()
+        self.results = open(os.path.join(results_dir, f"results-{pid}.jsonl"), "a")  # noqa: SIM115
+        self.running_path = os.path.join(results_dir, f"running-{pid}.txt")
+        self.faults = open(os.path.join(results_dir, f"faults-{pid}.txt"), "w")  # noqa: SIM115
+        faulthandler.enable(file=self.faults, all_threads=False)
+        from harness.engine.children import become_subreaper
+
+        become_subreaper()  # a case's orphaned grandchildren come back here, to be killed
+
+    def start(self, case_id: str) -> None:
+        with open(self.running_path, "w") as f:
+            f.write(case_id)
+
+    def record(self, result: Any) -> None:
+        self.results.write(json.dumps(result.to_dict()) + "\n")
+        self.results.flush()
+
+
+_WORKER_FILES: dict[str, WorkerFiles] = {}
+
+
+def watchdog_grace(limit: float) -> float:
+    """Extra seconds past a case's limit before its worker is killed (SIGALRM gets the first go)."""
+    from harness.engine.forkpool import watchdog_grace as grace
+
+    return grace(limit)
+
+
+def config_tests(config_path: str, name: str = "test_case") -> Callable[..., None]:
+    """The items of a run described by a JSON config file (written by ``harness.engine.parallel``)."""
+    with open(config_path) as f:
+        config = json.load(f)
+    results_dir = config["results_dir"]
+
+    def factory() -> Suite:
+        return suite_from_config(config)
+
+    suite_holder: list[Suite] = []
+
+    def make() -> Suite:
+        suite = factory()
+        suite_holder.append(suite)
+        return suite
+
+    inner = parametrized(name, make)
+    if not suite_holder:
+        return inner  # bad input: one failing item says why
+
+    suite = suite_holder[0]
+
+    def test(afdb_case: str) -> None:
+        from harness.engine.isolation import DEFAULT_TIMEOUT_S, watchdog
+
+        files = _WORKER_FILES.get(results_dir)
+        if files is None:
+            files = _WORKER_FILES[results_dir] = WorkerFiles(results_dir)
+        files.start(afdb_case)
+        limit = suite.options.timeout_s or DEFAULT_TIMEOUT_S
+        with watchdog(limit + watchdog_grace(limit), files.faults):
+            result = suite.run(afdb_case)
+        files.record(result)
+
+    test.__name__ = name
+    ids = suite.ids()
+    return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)

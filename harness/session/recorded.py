@@ -1,0 +1,169 @@
+"""Checking a recording: run its entries as ``afdb check`` runs a target's, then one verdict
+line per Function and the summary sentence.
+
+Shared by ``afdb check --recorded``, ``afdb record --check``, ``harness.check_recorded``
+and ``pytest --afdb`` (``harness.plugin.session``): each passes its settings (an
+``argparse.Namespace`` or ``harness.session.settings.Settings``), the loaded recording and,
+in the recording process, its live classes and snapshots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from harness.core.results import RunResult
+from harness.core.textsafe import visible
+from harness.session.execute import closing_lines, controller_threads, execute, run_status
+from harness.session.outputs import check_output_paths
+from harness.session.settings import options_from_args
+from harness.sources.recording import DEFAULT_DIR, RecordedTarget, RecordingSource
+
+if TYPE_CHECKING:
+    from harness.sources.declare import Declaration
+
+
+def default_declaration(args: Any) -> Declaration:
+    """The capability flags every recorded Function gets unless a declaration names it
+    (the command line's, set by the CLI as ``args.default_declaration``; else none)."""
+    from harness.sources.declare import Declaration
+
+    return getattr(args, "default_declaration", None) or Declaration("*")
+
+
+def recording_source(
+    args: Any,
+    recording: Any,
+    classes: Mapping[str, Any] | None,
+    *,
+    xdist: bool = False,
+) -> RecordingSource:
+    """The recording as a source, with the declarations the settings give: the project's
+    files in the working directory, then ``--declare`` (or ``args.declare_lines``, read once)."""
+    from harness.sources.declare import parse_declarations
+    from harness.sources.declare_config import declaration_lines
+
+    lines = getattr(args, "declare_lines", None)
+    if lines is None:
+        lines = declaration_lines(args.declare or ())
+    return RecordingSource(
+        recording,
+        declarations=parse_declarations(lines),
+        default=default_declaration(args),
+        classes=classes,
+        xdist=xdist,
+        live=getattr(args, "live_calls", None),
+    )
+
+
+def check_recording(
+    args: Any,
+    *,
+    recording: Any = None,
+    classes: Mapping[str, Any] | None = None,
+    lines: Callable[[list[str]], None] | None = None,
+    progress: bool | None = None,
+    xdist: bool = False,
+) -> tuple[int, RunResult | None, list[Any]]:
+    """Run the recorded check; return the exit status, the result and the verdicts.
+
+    ``recording`` is a loaded one (else ``args.recorded`` is read); ``classes`` the live
+    classes of the recording process (its non-importable ones are checked with them);
+    ``lines`` receives the per-Function lines and the summary sentence (default: printed);
+    ``progress``: one line per Function as its cases finish (default: on a terminal only);
+    ``xdist``: the recording came from pytest-xdist workers (their live classes are gone).
+    """
+    from harness.engine.isolation import DEFAULT_TIMEOUT_S
+    from harness.recorded.repro_lines import one_declaration_repros
+    from harness.recorded.verdicts import (
+        note_never_differentiated,
+        report_metadata,
+        summary_sentence,
+        surrogate_hints,
+        verdicts,
+    )
+
+    directory = args.recorded or DEFAULT_DIR
+    args.no_progress = not (sys.stdout.isatty() if progress is None else progress)
+    from harness.core.locations import portable_path
+
+    shown = portable_path(directory)
+    if recording is None:
+        from harness.recording import load_recording
+
+        recording = load_recording(directory)
+    options = options_from_args(args)
+    if options.timeout_s is None:
+        options = options.replace(timeout_s=DEFAULT_TIMEOUT_S)
+    check_output_paths(args)
+    controller_threads(args)
+    source = recording_source(args, recording, classes, xdist=xdist)
+    for name in source.unknown_declarations():
+        given = any(line.split()[:1] == [name] for line in args.declare or ())
+        source = "--declare" if given else "a declaration of the project ([tool.afdb] or ini)"
+        print(f"note: {source} names {visible(name)}, which the recording does not hold")
+    # batch sizes from every Function, so a case id does not depend on the selection
+    fixed = bool(getattr(args, "batch_size", None) or getattr(args, "nested_batch_sizes", None))
+    options = source.options(source.entries(), options, fixed=fixed)
+    recorded = source.select(args.target or ())
+    entries = [r.entry for r in recorded if r.entry is not None]
+    from harness.sources.select import case_prefixes
+
+    args.case_prefixes = case_prefixes(entries, [p for p in args.target or () if "/" in p])
+    show = lines or _print_lines
+    if not args.quiet:
+        what = getattr(recording, "program", "") or shown
+        print(
+            f"afdb check --recorded {visible(shown, keep_newlines=False)}: "
+            f"{len(recorded)} Function{'s' if len(recorded) != 1 else ''} recorded from "
+            f"{visible(what, keep_newlines=False)}, {len(entries)} to check"
+        )
+        if options.batch_size_note:
+            print(f"batch sizes: {options.batch_size_note}")
+    target = RecordedTarget(
+        shown,
+        tuple(d.text for d in source.declarations.values()),
+        default=default_declaration(args),
+    )
+    result: RunResult | None = None
+    if entries:
+
+        def annotate(res: RunResult) -> None:
+            note_never_differentiated(res, recorded, options)
+            one_declaration_repros(res, recorded, recording, classes)
+            res.metadata["recorded"] = report_metadata(recorded, verdicts(res, recorded))
+
+        result = execute(
+            entries,
+            options,
+            args,
+            source="recorded",
+            target=target,
+            known_entries={e.name for e in source.entries()},
+            before_reports=annotate,
+        )
+    found = verdicts(result, recorded)
+    hints = surrogate_hints(result, recorded, options)
+    found = [
+        dataclasses.replace(v, line=f"{v.line}; {hints[v.target]}") if v.target in hints else v
+        for v in found
+    ]
+    width = max([len(v.target) for v in found] + [8])
+    out = [f"  {visible(v.target, keep_newlines=False):<{width}}  {v.line}" for v in found]
+    out.append(summary_sentence(recorded, found))
+    show(out)
+    if result is None:
+        print("nothing checked: the recording holds no Function that can be checked here")
+        return 5, None, found
+    status = run_status(result, args)
+    closing_lines(result, args, status, rerun_command=f"afdb check --recorded {shown}")
+    return status, result, found
+
+
+def _print_lines(lines: list[str]) -> None:
+    print("")
+    for line in lines:
+        print(line)
+    sys.stdout.flush()
