@@ -9,16 +9,15 @@ option strings). The recording is a source (``harness.sources.recording``); chec
 from __future__ import annotations
 
 import argparse
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import CliError
-from harness.session.recorded import check_recording, recording_source
+from harness.session.recorded import check_recording
 from harness.sources.recording import DEFAULT_DIR
 
 if TYPE_CHECKING:  # core.options imports torch; `afdb check --help` must not
-    from harness.core.options import Options
+    pass
 
 
 def add_recorded_options(p: argparse.ArgumentParser) -> None:
@@ -43,7 +42,7 @@ def add_recorded_options(p: argparse.ArgumentParser) -> None:
 def default_declaration(args: argparse.Namespace) -> Any:
     """The command line's capability flags, for every recorded Function (a --declare line
     for one Function replaces them for it)."""
-    from harness.cli.check import spec_from_args
+    from harness.cli.target_options import spec_from_args
     from harness.sources.declare import Declaration
 
     spec = spec_from_args(args, "recorded:all")
@@ -104,41 +103,3 @@ def check_recorded(recorder: Any, *options: str, declare: Sequence[str] = ()) ->
         recorder.live_calls(),
         options,
     )
-
-
-def repro_entry(args: argparse.Namespace, options: Options) -> tuple[Any, Options]:
-    """``afdb repro CASE_ID --recorded DIR``: the case's entry and the run's batch sizes."""
-    from harness.cli.repro_settings import rebuild_spec
-    from harness.recording import load_recording
-
-    recording = load_recording(args.recorded)
-    name = args.case_id.split("/", 1)[0]
-    args.rebuild_spec = rebuild_spec(args)
-    classes = None
-    if args.rebuild_spec is not None:
-        from harness.sources.rebuild import rebuild
-
-        qualname = name.partition(":")[2]
-        spec, kwargs = args.rebuild_spec
-        classes = {name: rebuild(spec, kwargs, qualname)}
-    args.default_declaration = default_declaration(args)
-    source = recording_source(args, recording, classes)
-    entries = source.entries()
-    by_name = {e.name: e for e in entries}
-    function = recording.function(name)
-    if name not in by_name and function is not None and not function.importable:
-        from harness.recorded.repro_lines import test_name
-
-        test = test_name([c.where for c in function.calls])
-        rerun = f"pytest --afdb {shlex.quote(test)}" if test else "pytest --afdb"
-        raise CliError(
-            f"{args.case_id}: {name} is made inside a function or only in the recording "
-            f"process, and no factory was named (--rebuild): rerun `{rerun}` and read the "
-            "case there"
-        )
-    if name not in by_name:
-        raise CliError(
-            f"{args.case_id}: the recording {args.recorded} has no checkable Function {name!r}"
-        )
-    fixed = bool(getattr(args, "batch_size", None) or getattr(args, "nested_batch_sizes", None))
-    return by_name[name], source.options(entries, options, fixed=fixed)

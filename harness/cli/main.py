@@ -29,6 +29,7 @@ from harness.core.errors import UsageError
 COMMAND_MODULES = (
     "harness.cli.report",
     "harness.cli.check",
+    "harness.cli.repro",
     "harness.cli.merge",
     "harness.cli.certify",
     "harness.cli.record",

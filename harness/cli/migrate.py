@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli.check import _arg_positions
+from harness.cli.target_options import arg_positions
 from harness.core.textsafe import visible
 
 DOC_LINK = "docs/migrating.md"
@@ -80,7 +80,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--nondiff-args",
         dest="nondiff_args",
-        type=_arg_positions,
+        type=arg_positions,
         metavar="N,M",
         help="for the torch.func checks: argument positions never differentiated",
     )

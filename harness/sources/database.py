@@ -20,9 +20,11 @@ an installed suite applies them as a checkout does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from autograd_function_db.entry import Entry
+from harness.core.options import Options
 from harness.core.paths import PACKAGE_DIR
 from harness.sources.pytorch_db import SourceError, pytorch_registry
 
@@ -50,3 +52,23 @@ def expectations_path(name: str) -> Path | None:
     """The committed expectations file of a source, when there is one."""
     path = KNOWN_FAILURES / f"{name}.json"
     return path if path.exists() else None
+
+
+class DatabaseSource:
+    """This suite's registry (``"afdb"``) or PyTorch's db (``"pytorch"``) as a source."""
+
+    def __init__(self, name: str) -> None:
+        if name not in SOURCES:
+            raise SourceError(f"unknown source {name!r}; known sources: {', '.join(SOURCES)}")
+        self.name = name
+
+    def entries(self) -> list[Entry]:
+        return load_source(self.name)
+
+    def expectations(self) -> Path | None:
+        return expectations_path(self.name)
+
+    def options(self, entries: Sequence[Entry], options: Options) -> Options:
+        from harness.sources.batch_sizes import options_for_source
+
+        return options_for_source(self.name, entries, options)

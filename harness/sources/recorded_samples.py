@@ -27,6 +27,7 @@ import torch
 from autograd_function_db.entry import Sample
 from harness.plans.pytrees import Keys, leaves, map_leaves
 from harness.plans.slices import derive_seed, sample_seed
+from harness.sources.user_samples import cast_sample
 
 #: Slices whose seed is known, per level: indices below this, up to this many levels.
 _WIDTH, _LEVELS = 8, 3
@@ -77,12 +78,6 @@ def _noise(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     flat = a.detach().flatten()
     return flat[torch.randperm(flat.numel(), generator=gen)].reshape(a.shape)
-
-
-def _cast(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
-    from harness.sources.user_samples import _cast as cast
-
-    return cast(sample, dtype, device)
 
 
 class RecordedSamples:
@@ -176,7 +171,7 @@ class RecordedSamples:
                 out.append(Sample(self.calls[self.donors[k][ordinal - 1]].args, call.name))
             else:
                 out.append(self._perturbed(k, seed))
-        return [_cast(s, dtype, device) for s in out]
+        return [cast_sample(s, dtype, device) for s in out]
 
     # --- what the report says ----------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,3 +148,48 @@ class TargetSpec:
         return make_entry(
             function, samples, name=self.name, gradient=self.gradient, **self.capabilities
         )
+
+
+class TargetSource:
+    """A user's target as a source: one entry, its samples validated (each calls the
+    Function once with no transform; a sample that cannot is one ``UsageError``) and batch
+    sizes chosen around them unless the command line fixed them."""
+
+    name = "target"
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+        self._entries: list[Any] | None = None
+
+    def entries(self) -> list[Any]:
+        if self._entries is None:
+            self._entries = [self.spec.make_entry()]
+        return self._entries
+
+    def expectations(self) -> None:
+        """A user's target has no committed known failures (they name their own file)."""
+        return None
+
+    def options(self, entries: Sequence[Any], options: Any) -> Any:
+        from harness.sources.batch_sizes import choose_batch_sizes
+        from harness.sources.user_samples import (
+            base_samples,
+            refuse_unfit_samples,
+            samples_note,
+            slice_notes,
+        )
+
+        (entry,) = entries
+        base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
+        refuse_unfit_samples(entry, options)  # samples that cannot call the Function: exit 2
+        options = choose_batch_sizes(
+            entry,
+            options,
+            fixed_single=bool(self.spec.batch_size),
+            fixed_nested=bool(self.spec.nested_batch_sizes),
+        )
+        note = slice_notes(entry, base_samples(entry, options))
+        if note:
+            options = options.replace(slice_note=note)
+        capped = samples_note(entry)
+        return options.replace(samples_note=capped) if capped else options

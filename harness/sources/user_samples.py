@@ -139,7 +139,7 @@ def _call_samples(samples: Callable[..., Any], cap: SampleCap, *args: Any) -> li
         ) from e
 
 
-def _cast(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
+def cast_sample(sample: Sample, dtype: torch.dtype | None, device: str) -> Sample:
     """Floating tensors in the run's dtype (None: their own), every tensor on the run's device."""
     args = []
     for a in sample.args:
@@ -286,9 +286,9 @@ def user_sample_fn(
     ) -> list[Sample]:
         out = []
         for k, s in enumerate(base):
-            keep = diversity.decide(k, _cast(s, dtype, device))
+            keep = diversity.decide(k, cast_sample(s, dtype, device))
             varied_s = _perturbed(s, derive_seed("perturb", seed), keep) if seed else s
-            out.append(_cast(varied_s, dtype, device))
+            out.append(cast_sample(varied_s, dtype, device))
         return out
 
     if isinstance(samples, (list, tuple)):
@@ -311,7 +311,7 @@ def user_sample_fn(
     if _accepts_seed(samples):
 
         def seeded(seed: int, dtype: torch.dtype | None, device: str) -> list[Sample]:
-            return [_cast(s, dtype, device) for s in _call_samples(samples, cap, seed)]
+            return [cast_sample(s, dtype, device) for s in _call_samples(samples, cap, seed)]
 
         seeded.user_seeded = True  # type: ignore[attr-defined]
         seeded.own_dtypes = True  # type: ignore[attr-defined]
