@@ -134,7 +134,7 @@ class _Source:
         ]
         if rebuild is not None:
             spec, kwargs = rebuild
-            self.imports["harness.recorded.rebuild"] = ["rebuild"]
+            self.imports["harness.sources.rebuild"] = ["rebuild"]
             # the class's own name (a class made per call is recorded as ``Name[what it holds]``)
             name = qual.partition("[")[0].rpartition(".")[2]
             self.setup += [

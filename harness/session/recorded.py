@@ -102,8 +102,8 @@ def check_recording(
     source = recording_source(args, recording, classes, xdist=xdist)
     for name in source.unknown_declarations():
         given = any(line.split()[:1] == [name] for line in args.declare or ())
-        source = "--declare" if given else "a declaration of the project ([tool.afdb] or ini)"
-        print(f"note: {source} names {visible(name)}, which the recording does not hold")
+        where = "--declare" if given else "a declaration of the project ([tool.afdb] or ini)"
+        print(f"note: {where} names {visible(name)}, which the recording does not hold")
     # batch sizes from every Function, so a case id does not depend on the selection
     fixed = bool(getattr(args, "batch_size", None) or getattr(args, "nested_batch_sizes", None))
     options = source.options(source.entries(), options, fixed=fixed)
