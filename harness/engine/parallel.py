@@ -28,8 +28,9 @@ from typing import Any
 from harness.core.errors import RunStopped, UsageError
 from harness.core.options import Options
 from harness.core.paths import SUITE_ROOT
-from harness.core.results import CRASH, ERROR, TIMEOUT, CaseResult
+from harness.core.results import ERROR, TIMEOUT, CaseResult
 from harness.core.signals import deferred_signals
+from harness.engine.records import death_record
 
 _NODE_PARAM = re.compile(r"\[(.*)\]$")
 
@@ -91,35 +92,6 @@ def worker_faults(case: Any, folder: str) -> str:
                         with open(path, errors="replace") as g:
                             return g.read()
     return ""
-
-
-def death_record(case: Any, faults: str, options: Options) -> CaseResult:
-    """A ``crash`` (or watchdog ``timeout``) record for a case whose worker died."""
-    from harness.core.locations import user_frame_from_dump
-    from harness.engine.cases import case_record, options_dtype
-    from harness.engine.isolation import DEFAULT_TIMEOUT_S
-
-    status = CRASH
-    frame = user_frame_from_dump(faults)
-    where = f" (at {frame})" if frame else ""
-    if "Timeout (" in faults:
-        status = TIMEOUT
-        limit = options.timeout_s or DEFAULT_TIMEOUT_S
-        message = (
-            f"the case ran past its {limit:g} s limit without returning to Python (a hang in "
-            f"native code, or signals blocked); its worker was killed{where}"
-        )
-    elif "Fatal Python error" in faults:
-        first = next(
-            (line for line in faults.splitlines() if "Fatal Python error" in line), "a fatal error"
-        )
-        message = f"the Function killed its process: {first.strip()}{where}"
-    else:
-        message = (
-            "the Function killed its process (os._exit, a signal, or an abort in native code "
-            "without a Python stack); the run went on in a fresh worker"
-        )
-    return case_record(case, status, message, dtype=options_dtype(options))
 
 
 def _crash_record(case: Any, folder: str, options: Options) -> CaseResult:
@@ -203,7 +175,9 @@ def _enumerate(
     entries: Sequence[Any], options: Options
 ) -> tuple[dict[str, Any], list[Any], dict[str, CaseResult]]:
     """Each entry's data, every case in order, and the records of entries whose samples fail."""
-    from harness.engine.cases import EntryData, enumerate_cases, samples_error
+    from harness.engine.cases import enumerate_cases
+    from harness.engine.records import samples_error
+    from harness.engine.sample_cache import EntryData
 
     datas: dict[str, Any] = {}
     expected: list[Any] = []
@@ -405,7 +379,7 @@ def runnable_entries(entries: Sequence[Any], early: dict[str, CaseResult]) -> li
 
 
 def repro_command_for(case: Any, options: Options, target: Any) -> str:
-    from harness.engine.cases import repro_command
+    from harness.engine.records import repro_command
 
     return repro_command(case.id, options, target)
 
