@@ -1,7 +1,7 @@
 """How many workers: ``-n`` as pytest-xdist reads it, the physical cores behind ``auto``, and
 the cap that keeps workers from only competing for the CPUs.
 
-Imports no torch: the CLI reads ``-n`` before anything is printed.
+Imports no torch (nor anything that does): ``-n`` can be read and refused before a run loads it.
 """
 
 from __future__ import annotations
