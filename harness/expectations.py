@@ -447,7 +447,7 @@ def skip_result(expectations: Expectations | None, case: Any) -> CaseResult | No
     exp = should_skip(expectations, case.id)
     if exp is None:
         return None
-    from harness.engine.cases import case_record
+    from harness.engine.records import case_record
 
     return case_record(case, SKIP, f"skipped by expectation: {exp.reason}", expectation=exp.reason)
 

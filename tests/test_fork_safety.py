@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.schema import read_report
-from harness.engine import fork_safety, parallel, probe
+from harness.engine import fork_safety, parallel, probe, xdist_pool
 from harness.engine.entry_progress import FinishedEntries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -477,7 +477,7 @@ def test_fresh_interpreters_report_progress_while_they_run(monkeypatch):
         return 0, "1 passed"
 
     monkeypatch.setattr(parallel, "process_model", lambda source="", entries=(): ("xdist", ""))
-    monkeypatch.setattr(parallel, "_run_pool", pool)
+    monkeypatch.setattr(xdist_pool, "run_pool", pool)
     entry = make_entry(Double, plain_samples)
     options = Options(checks=("vjp", "vmap"), timeout_s=30)
     results = parallel.run_parallel(

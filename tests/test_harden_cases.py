@@ -231,8 +231,9 @@ def test_state_changed_later_by_a_thread_is_not_blamed_on_a_later_case():
 def test_state_changed_strictly_between_two_cases_is_put_back_and_noted():
     from harness.core.options import Options
     from harness.engine.case_state import forget_last_case
-    from harness.engine.cases import EntryData, enumerate_cases
+    from harness.engine.cases import enumerate_cases
     from harness.engine.runner import run_case
+    from harness.engine.sample_cache import EntryData
     from harness.sources.entries import make_entry
 
     data = EntryData(make_entry(hs.Correct, hs.samples), Options(checks=("vmap",)))

@@ -9,7 +9,7 @@ import torch
 
 from harness.cli.main import main
 from harness.core.options import Options
-from harness.engine.cases import EntryData
+from harness.engine.sample_cache import EntryData
 from harness.recording import load_recording, recording
 from harness.sources.declare import parse_declarations
 from harness.sources.recorded import recorded_entries

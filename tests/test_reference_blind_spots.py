@@ -27,7 +27,8 @@ from harness.checks.second_order import (
     first_order_vjp,
 )
 from harness.cli.main import main
-from harness.engine.cases import EntryData, enumerate_cases
+from harness.engine.cases import enumerate_cases
+from harness.engine.sample_cache import EntryData
 from harness.plans.plan import ArgLayout, hazard_plans
 from harness.sources.entries import make_entry
 

@@ -309,7 +309,7 @@ def test_ctrl_c_under_workers_keeps_the_finished_cases(tmp_path, monkeypatch):
     """-n (pytest-xdist engine): Ctrl-C stops the pool; the cases the workers finished count."""
     import json
 
-    from harness.engine import parallel
+    from harness.engine import xdist_pool
 
     monkeypatch.setenv("AFDB_WORKER_ENGINE", "xdist")
 
@@ -328,7 +328,7 @@ def test_ctrl_c_under_workers_keeps_the_finished_cases(tmp_path, monkeypatch):
             f.write(json.dumps(finished) + "\n")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(parallel, "_run_pool", interrupted_pool)
+    monkeypatch.setattr(xdist_pool, "run_pool", interrupted_pool)
     out = tmp_path / "r.json"
     code = run_cli("run", "NumpyCube", "--checks", "vmap", "-q", "-n", "2", "--json", str(out))
     assert code == 130

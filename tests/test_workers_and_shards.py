@@ -14,7 +14,7 @@ import pytest
 
 import harness.cli.main as cli
 from harness.core.results import CaseResult
-from harness.engine import forkpool, parallel
+from harness.engine import cores, forkpool, parallel
 from harness.engine.shard import Shard, assign
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +74,7 @@ def test_n_far_above_the_cores_is_reduced_with_one_line(capsys, monkeypatch):
     sizes = _pool_sizes(monkeypatch)
     rc, _, err = run_cli(capsys, "run", "NumpyCube", "--checks", "vmap", "-q", "-n", "1000")
     assert rc == 0
-    cap = parallel.WORKERS_PER_CPU * parallel.usable_cpus()
+    cap = cores.WORKERS_PER_CPU * cores.usable_cpus()
     assert sizes == [min(cap, 17)]
     lines = [ln for ln in err.splitlines() if ln.startswith("-n 1000")]
     assert len(lines) == 1 and f"using {sizes[0]} worker" in lines[0]
@@ -82,7 +82,7 @@ def test_n_far_above_the_cores_is_reduced_with_one_line(capsys, monkeypatch):
 
 def test_n_above_the_number_of_cases_is_reduced_to_it(capsys, monkeypatch):
     sizes = _pool_sizes(monkeypatch)
-    monkeypatch.setattr(parallel, "usable_cpus", lambda: 64)
+    monkeypatch.setattr(cores, "usable_cpus", lambda: 64)
     rc, _, err = run_cli(capsys, "run", "NumpyCube", "--checks", "vmap_chunked", "-q", "-n", "30")
     assert rc == 0
     cases = len(ids_and_statuses_from_run(capsys, "NumpyCube", "vmap_chunked"))
@@ -101,8 +101,8 @@ def ids_and_statuses_from_run(capsys, entry, checks):
 
 def test_n_auto_means_the_physical_cores(capsys, monkeypatch):
     sizes = _pool_sizes(monkeypatch)
-    monkeypatch.setattr(parallel, "physical_cores", lambda: 3)
-    monkeypatch.setattr(parallel, "usable_cpus", lambda: 6)
+    monkeypatch.setattr(cores, "physical_cores", lambda: 3)
+    monkeypatch.setattr(cores, "usable_cpus", lambda: 6)
     rc, _, err = run_cli(capsys, "run", "NumpyCube", "--checks", "vmap", "-q", "-n", "auto")
     assert rc == 0 and sizes == [3] and "-n" not in err
 
@@ -111,11 +111,11 @@ def test_physical_cores_count_hyperthreads_once():
     cpuinfo = "".join(
         f"processor\t: {cpu}\nphysical id\t: 0\ncore id\t\t: {cpu % 2}\n\n" for cpu in range(4)
     )
-    assert parallel.count_physical_cores(cpuinfo) == 2
-    assert parallel.count_physical_cores(cpuinfo, allowed={0, 2}) == 1
+    assert cores.count_physical_cores(cpuinfo) == 2
+    assert cores.count_physical_cores(cpuinfo, allowed={0, 2}) == 1
     two_sockets = cpuinfo + "processor\t: 4\nphysical id\t: 1\ncore id\t\t: 0\n"
-    assert parallel.count_physical_cores(two_sockets) == 3
-    assert parallel.count_physical_cores("no cpu info here") == 0
+    assert cores.count_physical_cores(two_sockets) == 3
+    assert cores.count_physical_cores("no cpu info here") == 0
 
 
 # --- both worker engines give the in-process results --------------------------------------

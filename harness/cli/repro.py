@@ -209,7 +209,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
     try:
         _, case = find_case(entry, options, args.case_id)
     except KeyError:
-        from harness.engine.cases import EntryData, enumerate_cases
+        from harness.engine.cases import enumerate_cases
+        from harness.engine.sample_cache import EntryData
 
         ids = [c.id for c in enumerate_cases(EntryData(entry, options))]
         close = difflib.get_close_matches(args.case_id, ids, n=3, cutoff=0.5)

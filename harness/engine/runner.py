@@ -1,6 +1,7 @@
 """Running cases: one case in isolation (``run_case``), the cases of many entries (``run_entries``).
 
-The cases themselves, their ids and their records are ``harness.engine.cases``'s.
+One entry's way through a run: its samples (``sample_cache.EntryData``), its cases
+(``cases.enumerate_cases``), each case run here, and its record (``records``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from harness.core.results import (
     CaseResult,
 )
 from harness.core.state_notes import RESTORED, case_note
-from harness.core.textsafe import cap, safe_str
+from harness.core.textsafe import cap, safe_repr, safe_str
 from harness.core.torch_warnings import load_jvp_decompositions
 from harness.engine import children
 from harness.engine.blame import apply_note, blamed, blamed_reference, tripped_over
@@ -50,15 +51,7 @@ from harness.engine.case_state import (
     restore_global,
     watch_thread_starts,
 )
-from harness.engine.cases import (
-    Case,
-    EntryData,
-    case_record,
-    enumerate_cases,
-    options_dtype,
-    repro_command,
-    samples_error,
-)
+from harness.engine.cases import Case, enumerate_cases
 from harness.engine.hangs import running_staticmethod, staticmethod_codes
 from harness.engine.isolation import (
     TorchState,
@@ -68,15 +61,15 @@ from harness.engine.isolation import (
     time_limit,
     watch_user_interrupt,
 )
+from harness.engine.records import case_record, options_dtype, repro_command, samples_error
 from harness.engine.refusals import refusal
+from harness.engine.sample_cache import EntryData
 from harness.engine.timeouts import TimeoutLedger, hung_message, not_run_message
 from harness.plans.plan import DtypeLeg
 
 
 def _raised(case: Case, e: BaseException) -> tuple[str, str]:
     """(status, message) for an exception the Function raised; formats it (its __str__ runs)."""
-    from harness.core.textsafe import cap, safe_repr
-
     if isinstance(e, SystemExit):
         code = cap(safe_repr(e.code), 200)
         return ERROR, f"the Function called sys.exit({code}): {describe_exception(e)}"

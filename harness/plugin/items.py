@@ -55,7 +55,8 @@ class Suite:
             self._ids = list(self.cases)
 
     def _load(self, entry_name: str) -> None:
-        from harness.engine.cases import EntryData, enumerate_cases
+        from harness.engine.cases import enumerate_cases
+        from harness.engine.sample_cache import EntryData
 
         data = EntryData(self.entries[entry_name], self.options)
         for case in enumerate_cases(data):

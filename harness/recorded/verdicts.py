@@ -124,7 +124,7 @@ def _presence(entry: Any, i: int, options: Any, probe: Any) -> tuple[str, str]:
 def _unbatched(entry: Any, options: Any) -> tuple[Any, ...]:
     """The recorded calls as the check built its unbatched samples."""
     from harness.core.options import Options
-    from harness.engine.cases import EntryData
+    from harness.engine.sample_cache import EntryData
 
     return EntryData(entry, options if options is not None else Options(dtype=None)).base_samples()
 

@@ -168,7 +168,7 @@ def controller_threads(args: argparse.Namespace) -> None:
 def worker_count(args: argparse.Namespace) -> int:
     """Worker processes for this command: ``-n`` as given (auto: the physical cores), else
     one for ``afdb check`` (isolation by default) and none (in this process) for ``afdb run``."""
-    from harness.engine.parallel import parse_workers
+    from harness.engine.cores import parse_workers
 
     n = parse_workers(getattr(args, "workers", None))
     if n is None:

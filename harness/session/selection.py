@@ -27,9 +27,9 @@ def case_selection(
     text = getattr(args, "shard", None)
     if not prefixes and wanted is None and not text:
         return None, None
-    from harness.engine.parallel import _enumerate
+    from harness.engine.parallel import enumerate_entries
 
-    _, cases, early = _enumerate(entries, options)
+    _, cases, early = enumerate_entries(entries, options)
     ids = [*early, *(c.id for c in cases)]
     if prefixes:
         ids = by_prefix(ids, prefixes)

@@ -33,7 +33,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
     from harness.checks.catalogue import check_names
     from harness.core.options import DTYPES, Options
-    from harness.engine.parallel import parse_workers
+    from harness.engine.cores import parse_workers
 
     parse_workers(getattr(args, "workers", None))  # a bad -n is refused before anything prints
     if getattr(args, "shard", None) is not None:  # --shard "" is a bad value, not no shard

@@ -349,7 +349,7 @@ def slice_notes(entry: Entry, samples: Sequence[Sample]) -> str:
 
 def base_samples(entry: Entry, options: Options) -> list[Sample]:
     """The samples the run starts from (seed as the runner derives it); UsageError if unusable."""
-    from harness.engine.cases import EntryData
+    from harness.engine.sample_cache import EntryData
 
     try:
         samples = list(EntryData(entry, options).base_samples())
