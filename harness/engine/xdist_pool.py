@@ -71,12 +71,15 @@ def _absolute_target(target: Any) -> dict[str, Any] | None:
     return d
 
 
-def generated_test_module(config_path: str) -> str:
-    """The test module the pool runs: one test function whose items are the config's cases."""
-    return (
-        "from harness.pytest_plugin import config_tests\n\n"
-        f"test_case = config_tests({config_path!r})\n"
-    )
+#: The pytest plugin that makes the workers' items from the run's config file, named on the
+#: workers' command line (``-p``): the pytest wing's, which the engine never imports.
+WORKER_PLUGIN = "harness.plugin.workers"
+
+
+def generated_test_module() -> str:
+    """The test module the pool runs: one test function, which imports nothing; the worker
+    plugin parametrizes it with the config's case ids and gives it the case runner."""
+    return "def test_case(afdb_case, afdb_worker):\n    afdb_worker(afdb_case)\n"
 
 
 def pytest_command(workers: str, test_file: str, folder: str, max_restarts: int) -> list[str]:
@@ -85,6 +88,7 @@ def pytest_command(workers: str, test_file: str, folder: str, max_restarts: int)
     cmd += ["-c", os.path.join(folder, "pytest.ini"), "--rootdir", folder]
     cmd += ["-p", "no:cacheprovider", "-q", "--tb=line", "--no-header"]
     cmd += [f"--max-worker-restart={max_restarts}"]
+    cmd += ["-p", WORKER_PLUGIN, f"--afdb-worker-config={os.path.join(folder, 'config.json')}"]
     return cmd
 
 
@@ -148,7 +152,7 @@ def run_xdist(
             f.write(CONFTEST)
         test_file = os.path.join(folder, "test_afdb_cases.py")
         with open(test_file, "w") as f:
-            f.write(generated_test_module(config_path))
+            f.write(generated_test_module())
         env = dict(os.environ, AFDB_RESULTS_DIR=folder, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
         # One intra-op thread per worker: N workers on N cores, not N x N threads spinning.
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

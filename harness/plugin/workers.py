@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness.plugin.items import Suite, parametrized
+from harness.plugin.items import Suite
 
 
 def suite_from_config(config: dict[str, Any]) -> Suite:
@@ -80,38 +80,33 @@ class WorkerFiles:
 _WORKER_FILES: dict[str, WorkerFiles] = {}
 
 
-def watchdog_grace(limit: float) -> float:
-    """Extra seconds past a case's limit before its worker is killed (SIGALRM gets the first go)."""
-    from harness.engine.forkpool import watchdog_grace as grace
+def worker_cases(config_path: str) -> tuple[list[str], Callable[[str], None]]:
+    """The case ids of a run described by a JSON config file (written by
+    ``harness.engine.xdist_pool``) and the function that runs one in this worker, writing
+    its result where the controller reads it; bad input is one ``setup`` case that fails
+    saying why. Built once per worker process."""
+    known = _RUNS.get(config_path)
+    if known is not None:
+        return known
+    from harness.core.errors import UsageError
+    from harness.engine.forkpool import watchdog_grace
+    from harness.engine.isolation import DEFAULT_TIMEOUT_S, watchdog
 
-    return grace(limit)
-
-
-def config_tests(config_path: str, name: str = "test_case") -> Callable[..., None]:
-    """The items of a run described by a JSON config file (written by ``harness.engine.parallel``)."""
     with open(config_path) as f:
         config = json.load(f)
     results_dir = config["results_dir"]
+    try:
+        suite = suite_from_config(config)
+    except UsageError as e:
+        message = str(e)
 
-    def factory() -> Suite:
-        return suite_from_config(config)
+        def broken(afdb_case: str) -> None:
+            pytest.fail(f"afdb: {message}", pytrace=False)
 
-    suite_holder: list[Suite] = []
+        _RUNS[config_path] = (["setup"], broken)
+        return _RUNS[config_path]
 
-    def make() -> Suite:
-        suite = factory()
-        suite_holder.append(suite)
-        return suite
-
-    inner = parametrized(name, make)
-    if not suite_holder:
-        return inner  # bad input: one failing item says why
-
-    suite = suite_holder[0]
-
-    def test(afdb_case: str) -> None:
-        from harness.engine.isolation import DEFAULT_TIMEOUT_S, watchdog
-
+    def run(afdb_case: str) -> None:
         files = _WORKER_FILES.get(results_dir)
         if files is None:
             files = _WORKER_FILES[results_dir] = WorkerFiles(results_dir)
@@ -121,6 +116,34 @@ def config_tests(config_path: str, name: str = "test_case") -> Callable[..., Non
             result = suite.run(afdb_case)
         files.record(result)
 
-    test.__name__ = name
-    ids = suite.ids()
-    return pytest.mark.parametrize("afdb_case", ids, ids=ids)(test)
+    _RUNS[config_path] = (suite.ids(), run)
+    return _RUNS[config_path]
+
+
+_RUNS: dict[str, tuple[list[str], Callable[[str], None]]] = {}
+
+
+# --- the plugin the engine names (pytest -p harness.plugin.workers) ------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--afdb-worker-config",
+        default=None,
+        metavar="FILE",
+        help="(afdb's own workers) the run's config file, written by harness.engine.xdist_pool",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The generated ``test_case(afdb_case, afdb_worker)``: one item per case id."""
+    path = metafunc.config.getoption("afdb_worker_config", None)
+    if path and "afdb_case" in metafunc.fixturenames:
+        ids, _ = worker_cases(path)
+        metafunc.parametrize("afdb_case", ids, ids=ids)
+
+
+@pytest.fixture
+def afdb_worker(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Runs one case of the run in this worker (``worker_cases``)."""
+    return worker_cases(request.config.getoption("afdb_worker_config"))[1]
