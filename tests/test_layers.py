@@ -57,6 +57,17 @@ def test_the_layers_of_this_checkout_are_kept(tmp_path):
         ("harness/recording/store.py", "import harness.engine.runner", "harness layers"),
         # the registry importing the harness
         ("autograd_function_db/axes.py", "import harness.core.errors", "the registry never"),
+        # the engine importing the pytest wing (what its generated worker module once did)
+        (
+            "harness/engine/xdist_pool.py",
+            "from harness.plugin.workers import worker_cases",
+            "the engine names the pytest wing",
+        ),
+        ("harness/engine/parallel.py", "import harness.pytest_plugin", "the engine names"),
+        # pytest --afdb reaching into the CLI for the recording's check
+        ("harness/plugin/session.py", "import harness.cli.main", "pytest runs a recording"),
+        # the session (below the CLI) calling up into it
+        ("harness/session/recorded.py", "import harness.cli.check_recorded", "harness layers"),
     ],
 )
 def test_a_planted_forbidden_import_breaks_its_contract(tmp_path, module, planted, contract):
