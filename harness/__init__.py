@@ -4,10 +4,10 @@ Public API: ``check(function, samples, **options)`` returns a ``RunResult``;
 ``assert_conforms(...)`` raises ``AssertionError`` listing every failing case.
 
 The wings, bottom to top (each subpackage's docstring says what it owns and may import;
-the import-linter contract in ``pyproject.toml`` enforces the order):
-``core`` < ``plans`` < ``checks`` < ``engine`` < ``reports`` / ``repro`` < ``entries`` /
-``targets`` < ``expectations`` / ``sources`` < ``api`` < ``certify`` < ``cli`` <
-``pytest_plugin``.
+the import-linter contracts in ``pyproject.toml`` enforce the order; docs/design.md draws it):
+``core`` < ``recording`` < ``plans`` < ``checks`` < ``engine`` < ``reports`` / ``repro`` <
+``sources`` < ``expectations`` < ``api`` < ``recorded`` < ``session`` < ``certify`` /
+``migrate`` < ``cli`` < ``plugin`` (pytest) < ``pytest_plugin`` (its documented import).
 
 Importing ``harness`` imports nothing else: the names below load on first use (PEP 562),
 so the pytest plugin and ``import harness.core.errors`` stay light.

@@ -1,19 +1,13 @@
-"""Checking the Functions a recording saw (issue 28, "Check"): ``afdb check --recorded``
-and ``pytest --afdb``.
+"""What a recorded check says after its run: one verdict per Function, hints, reproducers.
 
-A recording (``harness.recording``) holds, per Function class, up to a few of the calls a
-program made. Each recorded Function becomes an entry named by its ``module:QualName``
-target whose samples are those calls (the unseeded-samples path of ``harness.sources.entries``:
-distinct slices by perturbation, batch sizes that avoid every recorded dim), checked as
-``afdb check`` checks one Function. What a class cannot say (a straight-through gradient,
-arguments never differentiated) comes from declarations (``declare``).
+A recording is a source (``harness.sources.recording``); checking it is a session
+(``harness.session.recorded``). This wing reads the run's results against the recording:
 
-* ``declare``: ``TARGET key=value ...`` lines (``--declare``, the ``afdb_declare`` ini
-  option), parsed strictly.
-* ``entries``: the recording's Functions as entries, or the reason one cannot be checked
-  (never called, not recordable, not importable here, only called inside another).
-* ``verdicts``: one line per Function after the run, the summary sentence, and the note
-  on a failing gradient no recorded call needs.
+* ``verdicts``: one line per Function, the summary sentence, the report's
+  ``metadata.recorded``, and the note on a failing gradient no recorded call needs;
+* ``hints``: the declaration a failure may ask for (``nondiff-args``, a surrogate gradient);
+* ``repro_lines`` / ``repro_call``: the ``reproduce:`` line of a recorded case, with only its
+  Function's declaration, or the ``pytest --afdb NODEID`` line for a class made in a test.
 
-Imports: ``harness.sources`` and below (``harness.recording`` for the data).
+May import ``api``, ``expectations``, ``sources`` and below; the session and the CLI call it.
 """
