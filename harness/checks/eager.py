@@ -44,10 +44,10 @@ import torch.autograd.forward_ad as fwAD
 from autograd_function_db.entry import Entry
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff import (
-    NO_BACKWARD,
-    _needs_double_backward,
-    _with_fixed_rng,
     custom_op_no_jvp,
+    needs_backward,
+    needs_double_backward,
+    with_fixed_rng,
 )
 from harness.checks.autodiff_refs import (
     COTANGENT_WHY,
@@ -71,7 +71,6 @@ from harness.checks.catalogue import (
 )
 from harness.checks.eager_second_order import (
     EAGER_SECOND_ORDER_REFERENCE,
-    _leaves,
     run_eager_vjp_of_vjp,
 )
 from harness.checks.first_order import (
@@ -85,12 +84,13 @@ from harness.checks.first_order import (
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
-    _subsets,
     eager_jacobian,
     fd_jacobian,
+    fresh_leaves,
     grad_where_connected,
     jacobian_fits,
     require_jacobian_budget,
+    subsets,
 )
 from harness.core.errors import FunctionRaised
 
@@ -133,7 +133,7 @@ def eager_grads(
     user's eager call: ``Function.apply`` then ``.grad``), the leaves non-contiguous when
     ``strided``; inputs the outputs do not use get zeros."""
     with torch.enable_grad():
-        leaves = _leaves(args, wrt, strided)
+        leaves = fresh_leaves(args, wrt, strided)
         outs = restricted(entry, args, wrt, outputs)(*leaves)
         grads = grad_where_connected(outs, leaves, cotangents)
     if grads is None:
@@ -254,8 +254,8 @@ def run_eager_vjp(ctx: CaseContext) -> str:
 
     cases = [
         (f"{in_name}, {out_name}", ins, outs, False)
-        for in_name, ins in _subsets(view.diff, "input", "inputs")
-        for out_name, outs in _subsets(view.outs, "output", "outputs")
+        for in_name, ins in subsets(view.diff, "input", "inputs")
+        for out_name, outs in subsets(view.outs, "output", "outputs")
     ]
     cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
     for name, ins, outs, strided in cases:
@@ -303,7 +303,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
         jac = eager_jacobian(view)
     references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
-    cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
+    cases = [(name, subset, False) for name, subset in subsets(view.diff, "input", "inputs")]
     cases.append(("non-contiguous inputs and tangents", view.diff, True))
     for name, subset, strided in cases:
         label = f"eager_jvp: {name} (torch.autograd.forward_ad, the Function's jvp)"
@@ -359,10 +359,6 @@ def run_eager_jvp(ctx: CaseContext) -> str:
 # --- registration ----------------------------------------------------------------------------
 
 
-def _needs_backward(entry: Entry) -> str | None:
-    return None if entry.caps.backward else NO_BACKWARD
-
-
 def _needs_jvp(entry: Entry) -> str | None:
     if entry.custom_op is not None:
         return custom_op_no_jvp(entry)
@@ -370,14 +366,14 @@ def _needs_jvp(entry: Entry) -> str | None:
 
 
 def _needs_backward_twice(entry: Entry) -> str | None:
-    return _needs_backward(entry) or _needs_double_backward(entry)
+    return needs_backward(entry) or needs_double_backward(entry)
 
 
 _EAGER: list[tuple[str, Callable[[CaseContext], str | None], Any, str, str]] = [
     (
         "eager_vjp",
         run_eager_vjp,
-        _needs_backward,
+        needs_backward,
         fd.FD_REFERENCE,
         "torch.autograd.grad (no torch.func), each differentiable input alone and all together "
         "x each output alone and all together, and non-contiguous, against finite "
@@ -408,7 +404,7 @@ for _name, _run, _supported, _reference, _description in _EAGER:
     register(
         CheckSpec(
             _name,
-            _with_fixed_rng(_run),
+            with_fixed_rng(_run),
             no_plan,
             _supported,
             "eager",

@@ -19,13 +19,12 @@ from harness.checks.autodiff_refs import (
     Watch,
     attempt,
     is_custom,
-    noncontiguous,
     random_like,
     restricted,
 )
 from harness.checks.catalogue import CaseContext, Unsupported
 from harness.checks.gauge import same_function
-from harness.checks.references import _identity_problems
+from harness.checks.references import fresh_leaves, identity_problems
 from harness.checks.second_order import (
     _follows,
     _second_order_hint,
@@ -38,16 +37,6 @@ from harness.checks.second_order import (
 EAGER_SECOND_ORDER_REFERENCE = "finite differences (float64) of the eager first-order vjp"
 
 
-def _leaves(args: Sequence[Any], wrt: Sequence[int], strided: bool) -> list[torch.Tensor]:
-    """Fresh leaves for the arguments at ``wrt`` (non-contiguous ones when ``strided``)."""
-    out = []
-    for i in wrt:
-        a = args[i].detach()
-        leaf = noncontiguous(a) if strided else a.clone()
-        out.append(leaf.requires_grad_(True))
-    return out
-
-
 # --- eager_vjp_of_vjp ------------------------------------------------------------------------
 
 
@@ -56,7 +45,7 @@ def saved_non_inputs(view: DiffView) -> list[str]:
     eager call) that are not one of the differentiable inputs, and tensors kept on the ctx as
     attributes. Empty when it saved inputs only (or nothing)."""
     with torch.enable_grad():
-        leaves = _leaves(view.args, view.diff, False)
+        leaves = fresh_leaves(view.args, view.diff, False)
         outs = restricted(view.entry, view.args, view.diff, view.outs)(*leaves)
     node = next(
         (o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
@@ -152,9 +141,7 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
                 )
                 for t in directions
             ]
-            _identity_problems(
-                label, findings, actual, directions, rhs, sum(p.numel() for p in p64)
-            )
+            identity_problems(label, findings, actual, directions, rhs, sum(p.numel() for p in p64))
             expected = None
     else:
         # Second derivatives are symmetric: d<J(x)^T c, w>/dx is the derivative of g(., c)

@@ -18,8 +18,8 @@ from harness.checks.autodiff_refs import (
     INPUT_WHY,
     Findings,
     Watch,
-    _close,
     attempt,
+    close,
     diff_view,
     eager_protocol,
     is_custom,
@@ -35,13 +35,13 @@ from harness.checks.catalogue import (
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
-    _identity_problems,
-    _subsets,
     eager_vjp,
     fd_jacobian,
+    identity_problems,
     jacobian_fits,
     reference_jacobian,
     require_jacobian_budget,
+    subsets,
 )
 from harness.core.errors import FunctionRaised
 
@@ -137,7 +137,7 @@ def compare_grads(
         if ok or not isinstance(actual, torch.Tensor) or (custom and not order_hint_in_custom):
             continue
         for k, other in zip(ins, expected):
-            if k != i and _close(findings, actual, other):
+            if k != i and close(findings, actual, other):
                 findings.hint(
                     f"the grad of input {i} equals the reference grad of input {k}: "
                     "backward returns its gradients in the wrong order?"
@@ -197,7 +197,7 @@ def fd_identity_check(
             grads = regrad(cot)
     rhs = [fd.dot_estimate(jt, [cot[j] for j in outs]) for jt in jts]
     before = len(findings.problems)
-    _identity_problems(label, findings, grads, directions, rhs, columns)
+    identity_problems(label, findings, grads, directions, rhs, columns)
     if len(findings.problems) - before == len(directions):
         findings.hint(CUSTOM_GRADIENT_HINT)
 
@@ -276,7 +276,7 @@ def run_jvp(ctx: CaseContext) -> str:
     jac = reference_jacobian(ctx, reference_view(ctx, view))[0] if custom else None
     references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
-    cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
+    cases = [(name, subset, False) for name, subset in subsets(view.diff, "input", "inputs")]
     cases.append(("non-contiguous inputs and tangents", view.diff, True))
     for name, subset, strided in cases:
         label = f"jvp: {name}"
@@ -433,8 +433,8 @@ def run_vjp(ctx: CaseContext) -> str:
 
     cases = [
         (f"{in_name}, {out_name}", ins, outs, False)
-        for in_name, ins in _subsets(view.diff, "input", "inputs")
-        for out_name, outs in _subsets(view.outs, "output", "outputs")
+        for in_name, ins in subsets(view.diff, "input", "inputs")
+        for out_name, outs in subsets(view.outs, "output", "outputs")
     ]
     cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
     for name, ins, outs, strided in cases:

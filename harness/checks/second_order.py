@@ -59,10 +59,10 @@ from harness.checks.catalogue import (
 from harness.checks.first_order import either_reference
 from harness.checks.gauge import same_function
 from harness.checks.references import (
-    _identity_problems,
     eager_vjp,
     fd_jacobian,
     grad_where_connected,
+    identity_problems,
 )
 from harness.checks.saved import BackwardReads, backward_reads, nondiff_saved_hint
 
@@ -259,7 +259,7 @@ def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.T
             direction,
             step=view.entry.tolerances.fd_step,
         )
-        _identity_problems(
+        identity_problems(
             "vjp", findings, grads, [direction], [fd.dot_estimate(jt, cots)], view.columns()
         )
     if not findings.problems:
@@ -329,7 +329,7 @@ def _custom_fd_directions(
         rhs.append(fd.dot_estimate(jt, list(w)))
     columns = sum(p.numel() for p in p64)
     for label, actual in results:
-        _identity_problems(label, findings, list(actual), directions, rhs, columns)
+        identity_problems(label, findings, list(actual), directions, rhs, columns)
 
 
 def run_vjp_of_vjp(ctx: CaseContext) -> str:
