@@ -26,12 +26,13 @@ from harness.checks.catalogue import CaseContext, Unsupported
 from harness.checks.gauge import same_function
 from harness.checks.references import fresh_leaves, identity_problems
 from harness.checks.second_order import (
-    _follows,
-    _second_order_hint,
-    _second_order_setup,
     eager_double_backward,
     eager_first_order,
+    fd_double_backward,
     first_order_failure,
+    follows_first_order,
+    second_order_hint,
+    second_order_setup,
 )
 
 EAGER_SECOND_ORDER_REFERENCE = "finite differences (float64) of the eager first-order vjp"
@@ -96,7 +97,7 @@ def _custom_second_order_reference(
 
 
 def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
-    view, xs, cots, names = _second_order_setup(ctx)
+    view, xs, cots, names = second_order_setup(ctx)
     entry = ctx.entry
     custom = is_custom(entry)
     if custom:
@@ -121,7 +122,6 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
         watch.add(nm, p)
     actual = attempt(label, eager_double_backward, view, primals, w)
     watch.verify(label, findings, "backward must leave its inputs and grad_output unchanged")
-    args64 = view.args64()
     if custom:
         expected, h = _custom_second_order_reference(ctx, view, primals, w)
         if expected is None:
@@ -144,26 +144,7 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
             identity_problems(label, findings, actual, directions, rhs, sum(p.numel() for p in p64))
             expected = None
     else:
-        # Second derivatives are symmetric: d<J(x)^T c, w>/dx is the derivative of g(., c)
-        # along w, and d<J(x)^T c, w>/dc = J w (two directional differences).
-        p64 = [fd.upcast(p) for p in primals]
-        along_w = attempt(
-            "finite differences of the eager vjp (reference)",
-            fd.directional,
-            eager_first_order(view, args64),
-            p64,
-            [*w, *([None] * len(cots))],
-            step=entry.tolerances.fd_step,
-        )
-        jw = attempt(
-            "finite differences (reference, float64 forward)",
-            fd.directional,
-            view.fd_fn(args64, view.diff, view.outs),
-            p64[: len(xs)],
-            w,
-            step=entry.tolerances.fd_step,
-        )
-        expected = [*along_w, *jw]
+        expected = fd_double_backward(view, primals, w, entry.tolerances.fd_step)
     if expected is not None:
         for nm, a, e in zip(names, actual, expected):
             findings.compare(
@@ -173,8 +154,8 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
-            _follows(findings, "eager_vjp_of_vjp", case.replace("/vjp/", "/eager_vjp/"))
+            follows_first_order(findings, "eager_vjp_of_vjp", case.replace("/vjp/", "/eager_vjp/"))
         elif expected is not None:
-            hint = _second_order_hint(entry, actual, expected)
+            hint = second_order_hint(entry, actual, expected)
     findings.raise_if_any(hint)
     return EAGER_SECOND_ORDER_REFERENCE

@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from harness.checks import noise
 from harness.checks.autodiff import (
@@ -53,14 +52,13 @@ from harness.checks.catalogue import (
     CaseContext,
     CheckSpec,
     ReferenceRaised,
-    Unsupported,
     needs_vmap,
     register,
 )
-from harness.checks.composites import reference_raised
+from harness.checks.composites import reference_raised, refuse_unbatched_inplace_tangent
 from harness.checks.forward_outputs import note_left_out
 from harness.checks.references import grad_where_connected
-from harness.checks.second_order import first_order_vjp
+from harness.checks.second_order import eager_forward_over_reverse_both, first_order_vjp
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
 from harness.plans.composite import GroupsPlan, WithExtras, groups_plans
 from harness.plans.slices import build_batched_args
@@ -207,32 +205,6 @@ def eager_first_and_double_backward(
     return (*(g.detach() for g in first), *(g.detach() for g in second))
 
 
-def eager_forward_over_reverse_both(
-    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
-) -> tuple[torch.Tensor, ...]:
-    """``J(x)^T c`` and its tangent along ``t`` by eager forward-mode AD (dual tensors)
-    through ``torch.autograd.grad``: the Function's own jvp gives what it saved a tangent."""
-    n = len(view.diff)
-    with fwAD.dual_level(), torch.enable_grad():
-        leaves = [p.detach().clone().requires_grad_(True) for p in primals[:n]]
-        duals = [fwAD.make_dual(x, t.detach().clone()) for x, t in zip(leaves, tangents[:n])]
-        cots = [
-            fwAD.make_dual(c.detach().clone(), t.detach().clone())
-            for c, t in zip(primals[n:], tangents[n:])
-        ]
-        outs = restricted(view.entry, view.args, view.diff, view.outs)(*duals)
-        grads = grad_where_connected(outs, leaves, cots)
-        if grads is None:
-            zeros = tuple(torch.zeros_like(x).detach() for x in leaves)
-            return (*zeros, *zeros)
-        primal_out, tangent_out = [], []
-        for g in grads:
-            p, t = fwAD.unpack_dual(g)
-            primal_out.append(p.detach().clone())
-            tangent_out.append(torch.zeros_like(p).detach() if t is None else t.detach().clone())
-    return (*primal_out, *tangent_out)
-
-
 def eager_double_backward_jvp_both(
     view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
 ) -> tuple[torch.Tensor, ...]:
@@ -303,17 +275,9 @@ def run_vmap_of_jvp_of_vjp(ctx: CaseContext) -> str:
     n = len(view.args)
     plan = ctx.plan
     assert isinstance(plan, GroupsPlan)
-    for lv, (_, tangent_dim) in zip(plan.levels, plan.extra_dims):
-        batched_inplace = [
-            i for i in entry.caps.inplace_args if i < n and lv.in_dims[i] is not None
-        ]
-        if batched_inplace and tangent_dim is None:
-            raise Unsupported(
-                f"argument {batched_inplace[0]} is modified in place (mark_dirty), so jvp must "
-                "update its tangent in place; with the argument batched and the tangent not, "
-                "vmap cannot write batched values into the unbatched tangent (torch's own "
-                "in-place ops such as exp_ raise the same way)"
-            )
+    refuse_unbatched_inplace_tangent(
+        entry, n, ((lv, dims[1]) for lv, dims in zip(plan.levels, plan.extra_dims))
+    )
     xs = view.primals()
     cots = [view.outputs[j] for j in view.outs]
 
