@@ -75,6 +75,7 @@ from harness.checks.eager_second_order import (
 )
 from harness.checks.first_order import (
     compare_grads,
+    compare_jvp,
     draw_cotangents,
     draw_tangents,
     either_reference,
@@ -89,8 +90,9 @@ from harness.checks.references import (
     fresh_leaves,
     grad_where_connected,
     jacobian_fits,
+    jvp_cases,
     require_jacobian_budget,
-    subsets,
+    vjp_cases,
 )
 from harness.core.errors import FunctionRaised
 
@@ -252,13 +254,7 @@ def run_eager_vjp(ctx: CaseContext) -> str:
             order_hint_in_custom=False,
         )
 
-    cases = [
-        (f"{in_name}, {out_name}", ins, outs, False)
-        for in_name, ins in subsets(view.diff, "input", "inputs")
-        for out_name, outs in subsets(view.outs, "output", "outputs")
-    ]
-    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
-    for name, ins, outs, strided in cases:
+    for name, ins, outs, strided in vjp_cases(view):
         before = len(findings.problems)
         label = f"eager_vjp: {name} (torch.autograd.grad, the Function's backward)"
         cots = [cot[j].clone() for j in outs]
@@ -303,9 +299,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
         jac = eager_jacobian(view)
     references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
-    cases = [(name, subset, False) for name, subset in subsets(view.diff, "input", "inputs")]
-    cases.append(("non-contiguous inputs and tangents", view.diff, True))
-    for name, subset, strided in cases:
+    for name, subset, strided in jvp_cases(view):
         label = f"eager_jvp: {name} (torch.autograd.forward_ad, the Function's jvp)"
         before = len(findings.problems)
         tans = [tangents[i].clone() for i in subset]
@@ -322,33 +316,19 @@ def run_eager_jvp(ctx: CaseContext) -> str:
         )
         watch.verify(label, findings, INPUT_WHY)
         tan_watch.verify(label, findings, TANGENT_WHY)
-        for k, j in enumerate(view.outs):
-            findings.compare(
-                f"{label}: primal {view.out_name(j)} under forward AD vs the plain call",
-                primal[k],
-                view.outputs[j],
-            )
-        for ref_name, reference in references.items():
-            found = by_name[ref_name]
-            before_ref = len(found.problems)
-            for k, (j, expected) in enumerate(zip(view.outs, reference(subset))):
-                actual = tout[k]
-                if actual is None:
-                    if bool(expected.abs().max() > 0) if expected.numel() else False:
-                        found.add(
-                            f"{label}: {view.out_name(j)} has no tangent (the jvp returned None "
-                            f"for it, or forward AD did not reach it) but {ref_name} (reference) "
-                            "is nonzero: forward-mode users get silent zeros"
-                        )
-                    continue
-                found.compare(
-                    f"{label}: tangent of {view.out_name(j)} (the Function's jvp) vs {ref_name} "
-                    "(reference)",
-                    actual,
-                    expected,
-                    view.outputs[j].dtype,
-                )
-            found.outcome(name, before_ref)
+        compare_jvp(
+            findings,
+            references,
+            by_name,
+            view,
+            name,
+            label,
+            subset,
+            primal,
+            tout,
+            "forward AD",
+            " (the Function's jvp)",
+        )
         findings.outcome(name, before)
     if custom:
         return either_reference(ctx, "eager_jvp", by_name, findings)

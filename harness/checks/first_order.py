@@ -39,9 +39,10 @@ from harness.checks.references import (
     fd_jacobian,
     identity_problems,
     jacobian_fits,
+    jvp_cases,
     reference_jacobian,
     require_jacobian_budget,
-    subsets,
+    vjp_cases,
 )
 from harness.core.errors import FunctionRaised
 
@@ -266,6 +267,50 @@ def jvp_references(
     return references, findings, by_name
 
 
+def compare_jvp(
+    findings: Findings,
+    references: dict[str, JvpReference],
+    by_name: dict[str, Findings],
+    view: Any,
+    name: str,
+    label: str,
+    subset: Sequence[int],
+    primal: Sequence[Any],
+    tangents: Sequence[torch.Tensor | None],
+    how: str,
+    side: str,
+) -> None:
+    """One jvp sub-case (``name``): the primal outputs under ``how`` against the plain call,
+    then each output's tangent (``side``: what computed it) against every reference, into
+    that reference's findings. A missing tangent (None: eager forward AD gave the output
+    none) fails only where the reference is nonzero."""
+    for k, j in enumerate(view.outs):
+        findings.compare(
+            f"{label}: primal {view.out_name(j)} under {how} vs the plain call",
+            primal[k],
+            view.outputs[j],
+        )
+    for ref_name, reference in references.items():
+        found = by_name[ref_name]
+        before_ref = len(found.problems)
+        for j, actual, expected in zip(view.outs, tangents, reference(subset)):
+            if actual is None:
+                if bool(expected.abs().max() > 0) if expected.numel() else False:
+                    found.add(
+                        f"{label}: {view.out_name(j)} has no tangent (the jvp returned None "
+                        f"for it, or forward AD did not reach it) but {ref_name} (reference) "
+                        "is nonzero: forward-mode users get silent zeros"
+                    )
+                continue
+            found.compare(
+                f"{label}: tangent of {view.out_name(j)}{side} vs {ref_name} (reference)",
+                actual,
+                expected,
+                view.outputs[j].dtype,
+            )
+        found.outcome(name, before_ref)
+
+
 def run_jvp(ctx: CaseContext) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
@@ -276,9 +321,7 @@ def run_jvp(ctx: CaseContext) -> str:
     jac = reference_jacobian(ctx, reference_view(ctx, view))[0] if custom else None
     references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
-    cases = [(name, subset, False) for name, subset in subsets(view.diff, "input", "inputs")]
-    cases.append(("non-contiguous inputs and tangents", view.diff, True))
-    for name, subset, strided in cases:
+    for name, subset, strided in jvp_cases(view):
         label = f"jvp: {name}"
         before = len(findings.problems)
         args = list(view.args)
@@ -301,24 +344,19 @@ def run_jvp(ctx: CaseContext) -> str:
             tuple(tans),
         )
         watch.verify(label, findings, "inputs and tangents must be left unchanged")
-        for k, j in enumerate(view.outs):
-            findings.compare(
-                f"{label}: primal {view.out_name(j)} under torch.func.jvp vs the plain call",
-                out[k],
-                view.outputs[j],
-            )
-        for ref_name, reference in references.items():
-            found = by_name[ref_name]
-            before_ref = len(found.problems)
-            for j, actual, expected in zip(view.outs, tout, reference(subset)):
-                found.compare(
-                    f"{label}: tangent of {view.out_name(j)}, torch.func.jvp (the Function's jvp) vs "
-                    f"{ref_name} (reference)",
-                    actual,
-                    expected,
-                    view.outputs[j].dtype,
-                )
-            found.outcome(name, before_ref)
+        compare_jvp(
+            findings,
+            references,
+            by_name,
+            view,
+            name,
+            label,
+            subset,
+            out,
+            tout,
+            "torch.func.jvp",
+            ", torch.func.jvp (the Function's jvp)",
+        )
         findings.outcome(name, before)
     if custom:
         return either_reference(ctx, "jvp", by_name, findings)
@@ -431,13 +469,7 @@ def run_vjp(ctx: CaseContext) -> str:
             regrad = functools.partial(_vjp_again, entry, args, ins, outs, how, label, strided)
             check_grads(label, ins, outs, grads, regrad)
 
-    cases = [
-        (f"{in_name}, {out_name}", ins, outs, False)
-        for in_name, ins in subsets(view.diff, "input", "inputs")
-        for out_name, outs in subsets(view.outs, "output", "outputs")
-    ]
-    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
-    for name, ins, outs, strided in cases:
+    for name, ins, outs, strided in vjp_cases(view):
         before = len(findings.problems)
         try:
             _vjp_subcheck(name, ins, outs, strided)

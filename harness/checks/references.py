@@ -276,6 +276,26 @@ def subsets(items: Sequence[int], word: str, plural: str) -> list[tuple[str, tup
     return subsets
 
 
+def jvp_cases(view: DiffView) -> list[tuple[str, tuple[int, ...], bool]]:
+    """A jvp check's sub-cases: (name, tangent subset, strided): every input subset, then
+    non-contiguous inputs and tangents."""
+    cases = [(name, subset, False) for name, subset in subsets(view.diff, "input", "inputs")]
+    cases.append(("non-contiguous inputs and tangents", view.diff, True))
+    return cases
+
+
+def vjp_cases(view: DiffView) -> list[tuple[str, tuple[int, ...], tuple[int, ...], bool]]:
+    """A vjp check's sub-cases: (name, inputs, outputs, strided): every input subset x every
+    output subset, then non-contiguous inputs and cotangents."""
+    cases = [
+        (f"{in_name}, {out_name}", ins, outs, False)
+        for in_name, ins in subsets(view.diff, "input", "inputs")
+        for out_name, outs in subsets(view.outs, "output", "outputs")
+    ]
+    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
+    return cases
+
+
 def identity_problems(
     label: str,
     findings: Findings,
