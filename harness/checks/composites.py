@@ -7,7 +7,7 @@ are loops of per-slice eager calls, which never run a vmap rule.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -37,8 +37,14 @@ from harness.checks.references import eager_jvp, eager_vjp
 from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
 from harness.core.locations import describe_exception
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
-from harness.plans.composite import CompositePlan, WithExtras, with_extra_dims
-from harness.plans.plan import MID, Plan, normalize_dim
+from harness.plans.composite import (
+    CompositePlan,
+    WithExtras,
+    loop_of_grads,
+    stacked_extra,
+    with_extra_dims,
+)
+from harness.plans.plan import MID, LevelPlan, Plan
 from harness.plans.slices import PlanSlices, build_batched_args, derive_seed
 
 #: What the per-slice references call, naming the outputs they keep: the composite checks
@@ -225,23 +231,32 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
     return LOOP_VJP_REFERENCE
 
 
-def run_vmap_of_jvp(ctx: CaseContext) -> str:
-    view = sample_view(ctx)
-    entry = ctx.entry
-    n = len(view.args)
-    plan = ctx.plan
-    assert isinstance(plan, CompositePlan)
-    for lv, extra in zip(plan.levels, plan.extra_dims):
+def refuse_unbatched_inplace_tangent(
+    entry: Entry, n: int, levels: Iterable[tuple[LevelPlan, int | None]]
+) -> None:
+    """``Unsupported`` when a level batches an argument the Function modifies in place but
+    not its tangent (``levels``: each level with its tangents' batch dim): vmap cannot write
+    the batched update into the unbatched tangent, as for torch's own in-place ops."""
+    for lv, tangent_dim in levels:
         batched_inplace = [
             i for i in entry.caps.inplace_args if i < n and lv.in_dims[i] is not None
         ]
-        if batched_inplace and extra is None:
+        if batched_inplace and tangent_dim is None:
             raise Unsupported(
                 f"argument {batched_inplace[0]} is modified in place (mark_dirty), so jvp must "
                 "update its tangent in place; with the argument batched and the tangent not, "
                 "vmap cannot write batched values into the unbatched tangent (torch's own "
                 "in-place ops such as exp_ raise the same way)"
             )
+
+
+def run_vmap_of_jvp(ctx: CaseContext) -> str:
+    view = sample_view(ctx)
+    entry = ctx.entry
+    n = len(view.args)
+    plan = ctx.plan
+    assert isinstance(plan, CompositePlan)
+    refuse_unbatched_inplace_tangent(entry, n, zip(plan.levels, plan.extra_dims))
 
     def actual(*a: Any) -> tuple[Any, ...]:
         f = restricted(entry, a[:n], view.diff, view.outs)
@@ -307,52 +322,6 @@ def wide_slice_vjp(
     n = len(view.args)
     a = [noise.widened(x) for x in slices.call_args(path)]
     return tuple(eager_vjp(entry, a[:n], view.diff, view.outs, list(a[n:])))
-
-
-def loop_of_grads(
-    plan: Plan,
-    diff: Sequence[int],
-    grads: Callable[[tuple[int, ...]], Sequence[torch.Tensor]],
-    level: int = 0,
-    path: tuple[int, ...] = (),
-) -> list[torch.Tensor]:
-    """The per-slice grads of the differentiated inputs stacked at their in_dims, level by
-    level; an input a level leaves unbatched gets the sum over that level's slices."""
-    if level == len(plan.levels):
-        return list(grads(path))
-    lv = plan.levels[level]
-    per = [loop_of_grads(plan, diff, grads, level + 1, (*path, b)) for b in range(lv.batch_size)]
-    result = []
-    for m, i in enumerate(diff):
-        parts = [p[m] for p in per]
-        dim = lv.in_dims[i]
-        if dim is None:
-            result.append(torch.stack(parts).sum(0))
-        else:
-            result.append(torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1)))
-    return result
-
-
-def stacked_extra(
-    source: WithExtras,
-    index: int,
-    plan: Plan,
-    out_dims: Sequence[Any],
-    j: int,
-    level: int = 0,
-    path: tuple[int, ...] = (),
-) -> torch.Tensor:
-    """The slices' extra at ``index`` (of the source's arguments) stacked level by level at
-    output ``j``'s out_dim: the batched cotangent of that output."""
-    if level == len(plan.levels):
-        return source.peek(path)[index]  # type: ignore[no-any-return]
-    parts = [
-        stacked_extra(source, index, plan, out_dims, j, level + 1, (*path, b))
-        for b in range(plan.levels[level].batch_size)
-    ]
-    od = out_dims[level]
-    dim = od[j] if isinstance(od, tuple) else od
-    return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
 
 
 def _or_none(fn: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor] | None:

@@ -11,7 +11,9 @@ transforms (``vmap_of_vjp_of_vjp``, ``vmap_of_jvp_of_vjp``), and the slices they
 * ``GroupsPlan`` (three transforms): the Function's units at None, 0 or -1 and each group of
   extras as one more unit at None or 0. Ids read
   ``in_dims=(0,),cotangents=None,outer_cotangents=0``.
-* ``WithExtras``: a slice source whose slices are the sample's followed by their own extras.
+* ``WithExtras``: a slice source whose slices are the sample's followed by their own extras;
+  ``stacked_extra`` and ``loop_of_grads`` stack per-slice extras and grads as a plan
+  batches them (``grad_of_vmap``'s batched cotangents and loop reference).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from harness.plans.plan import (
     any_batched,
     choose_rows,
     nested_plans,
+    normalize_dim,
     single_level_plans,
     unique_plans,
     unit_choices,
@@ -232,6 +235,55 @@ def groups_plans(names: tuple[str, ...]) -> Callable[[ArgLayout, Options], list[
         return list(unique_plans(candidates))
 
     return plans
+
+
+# --- grad_of_vmap's loop reference ------------------------------------------------------
+
+
+def loop_of_grads(
+    plan: Plan,
+    diff: Sequence[int],
+    grads: Callable[[tuple[int, ...]], Sequence[torch.Tensor]],
+    level: int = 0,
+    path: tuple[int, ...] = (),
+) -> list[torch.Tensor]:
+    """The per-slice grads of the differentiated inputs stacked at their in_dims, level by
+    level; an input a level leaves unbatched gets the sum over that level's slices."""
+    if level == len(plan.levels):
+        return list(grads(path))
+    lv = plan.levels[level]
+    per = [loop_of_grads(plan, diff, grads, level + 1, (*path, b)) for b in range(lv.batch_size)]
+    result = []
+    for m, i in enumerate(diff):
+        parts = [p[m] for p in per]
+        dim = lv.in_dims[i]
+        if dim is None:
+            result.append(torch.stack(parts).sum(0))
+        else:
+            result.append(torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1)))
+    return result
+
+
+def stacked_extra(
+    source: WithExtras,
+    index: int,
+    plan: Plan,
+    out_dims: Sequence[Any],
+    j: int,
+    level: int = 0,
+    path: tuple[int, ...] = (),
+) -> torch.Tensor:
+    """The slices' extra at ``index`` (of the source's arguments) stacked level by level at
+    output ``j``'s out_dim: the batched cotangent of that output."""
+    if level == len(plan.levels):
+        return source.peek(path)[index]  # type: ignore[no-any-return]
+    parts = [
+        stacked_extra(source, index, plan, out_dims, j, level + 1, (*path, b))
+        for b in range(plan.levels[level].batch_size)
+    ]
+    od = out_dims[level]
+    dim = od[j] if isinstance(od, tuple) else od
+    return torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1))
 
 
 # --- the slices with their extras ---------------------------------------------------------
