@@ -253,7 +253,7 @@ def test_kept_stacks_and_slices_survive_a_function_that_modifies_its_inputs():
 
 
 def test_repeated_slices_and_per_case_extras_are_never_kept_stacks():
-    from harness.checks.composites import WithExtras
+    from harness.plans.composite import WithExtras
     from harness.plans.slices import RepeatedSlices
 
     slices = _pair_source()

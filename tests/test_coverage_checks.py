@@ -139,7 +139,7 @@ def test_three_level_twin_passes():
 
 
 def test_three_level_plans_pair_primals_and_both_cotangent_levels():
-    from harness.checks.three_level import GroupsPlan
+    from harness.plans.composite import GroupsPlan
     from harness.plans.plan import ArgLayout
 
     layout = ArgLayout.of(pc.samples(0, torch.float32, "cpu")[1])

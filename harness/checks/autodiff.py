@@ -24,7 +24,7 @@ derivatives makes the reference two directional differences (``d<g, w>/dx`` is t
 derivative of ``g`` along ``w``, and ``d<g, w>/dc = J w``); a ``custom`` entry is compared
 with plain eager autograd's double backward of the same Function instead.
 
-Plans of the composite checks: see ``harness.checks.composites`` (pairwise covering arrays
+Plans of the composite checks: see ``harness.plans.composite`` (pairwise covering arrays
 over the arguments and, for vmap_of_vjp/vmap_of_jvp, the cotangents/tangents). Ids read
 ``in_dims=(0,None),cotangents=0``.
 
@@ -62,9 +62,6 @@ from harness.checks.catalogue import (
     register,
 )
 from harness.checks.composites import (
-    _composite_plans,
-    _grad_of_vmap_plans,
-    _jvp_of_vmap_plans,
     run_grad_of_vmap,
     run_jvp_of_vmap,
     run_vmap_of_jvp,
@@ -80,6 +77,7 @@ from harness.checks.second_order import (
     run_jvp_of_vjp,
     run_vjp_of_vjp,
 )
+from harness.plans.composite import composite_plans, grad_of_vmap_plans, jvp_of_vmap_plans
 from harness.plans.slices import derive_seed, seeded_call
 
 # --- capabilities ----------------------------------------------------------------------------
@@ -95,7 +93,10 @@ NO_BACKWARD = (
 )
 
 
-def _first(*reasons: Callable[[Entry], str | None]) -> Callable[[Entry], str | None]:
+def first_reason(*reasons: Callable[[Entry], str | None]) -> Callable[[Entry], str | None]:
+    """A check's ``supported``: the first of ``reasons`` that refuses the entry (None when
+    none does)."""
+
     def supported(entry: Entry) -> str | None:
         for r in reasons:
             reason = r(entry)
@@ -121,13 +122,15 @@ def custom_op_no_jvp(entry: Entry) -> str:
     )
 
 
-def _needs_jvp(entry: Entry) -> str | None:
+def needs_jvp(entry: Entry) -> str | None:
+    """Why forward mode cannot run (no jvp staticmethod, or a custom op), else None."""
     if entry.caps.jvp:
         return None
     return custom_op_no_jvp(entry) if entry.custom_op is not None else NO_JVP
 
 
-def _needs_backward(entry: Entry) -> str | None:
+def needs_backward(entry: Entry) -> str | None:
+    """Why reverse mode cannot run (no backward staticmethod), else None."""
     return None if entry.caps.backward else NO_BACKWARD
 
 
@@ -136,7 +139,8 @@ def _jacfwd_needs_vmap(entry: Entry) -> str | None:
     return f"jacfwd vmaps the Function over the basis tangents: {reason}" if reason else None
 
 
-def _needs_double_backward(entry: Entry) -> str | None:
+def needs_double_backward(entry: Entry) -> str | None:
+    """Why second order is not checked (not claimed, or @once_differentiable), else None."""
     if entry.caps.double_backward:
         return None
     if entry.caps.once_differentiable:
@@ -149,7 +153,7 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         "jvp",
         run_jvp,
         no_plan,
-        _first(needs_setup_context, _needs_jvp),
+        first_reason(needs_setup_context, needs_jvp),
         fd.FD_REFERENCE,
         "torch.func.jvp with all tangents, each tangent alone (others absent) and non-contiguous "
         "inputs, against finite differences",
@@ -158,7 +162,7 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         "vjp",
         run_vjp,
         no_plan,
-        _first(needs_setup_context, _needs_backward),
+        first_reason(needs_setup_context, needs_backward),
         fd.FD_REFERENCE,
         "torch.func.vjp and torch.autograd.grad, each differentiable input alone and all together "
         "x each differentiable output alone and all together, and non-contiguous, against finite "
@@ -167,16 +171,16 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
     (
         "grad_of_vmap",
         run_grad_of_vmap,
-        _grad_of_vmap_plans,
-        _first(needs_vmap, _needs_backward),
+        grad_of_vmap_plans,
+        first_reason(needs_vmap, needs_backward),
         LOOP_VJP_REFERENCE,
         "torch.func.vjp(vmap(f)) against per-slice eager vjps (unbatched inputs summed)",
     ),
     (
         "jvp_of_vmap",
         run_jvp_of_vmap,
-        _jvp_of_vmap_plans,
-        _first(needs_vmap, _needs_jvp),
+        jvp_of_vmap_plans,
+        first_reason(needs_vmap, needs_jvp),
         LOOP_JVP_REFERENCE,
         "torch.func.jvp(vmap(f)): forward mode through the vmap rule, tangents batched like "
         "their primals, against per-slice eager jvps",
@@ -184,8 +188,8 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
     (
         "vmap_of_vjp",
         run_vmap_of_vjp,
-        _composite_plans("cotangents"),
-        _first(needs_vmap, _needs_backward),
+        composite_plans("cotangents"),
+        first_reason(needs_vmap, needs_backward),
         LOOP_VJP_REFERENCE,
         "vmap over (primals, cotangents) of torch.func.vjp; plans batch both, the primals alone "
         "and the cotangents alone (plan id: in_dims of the arguments, then of the cotangents)",
@@ -193,8 +197,8 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
     (
         "vmap_of_jvp",
         run_vmap_of_jvp,
-        _composite_plans("tangents"),
-        _first(needs_vmap, _needs_jvp),
+        composite_plans("tangents"),
+        first_reason(needs_vmap, needs_jvp),
         LOOP_JVP_REFERENCE,
         "vmap over (primals, tangents) of torch.func.jvp; plans batch both, the primals alone "
         "and the tangents alone",
@@ -203,7 +207,7 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         "jvp_of_vjp",
         run_jvp_of_vjp,
         no_plan,
-        _first(needs_setup_context, _needs_backward, _needs_jvp, _needs_double_backward),
+        first_reason(needs_setup_context, needs_backward, needs_jvp, needs_double_backward),
         SECOND_ORDER_REFERENCE,
         "forward-over-reverse: torch.func.jvp of the torch.func.vjp (tangents on primals and "
         "cotangents)",
@@ -212,7 +216,7 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         "vjp_of_vjp",
         run_vjp_of_vjp,
         no_plan,
-        _first(needs_setup_context, _needs_backward, _needs_double_backward),
+        first_reason(needs_setup_context, needs_backward, needs_double_backward),
         SECOND_ORDER_REFERENCE,
         "double backward: torch.func.vjp of torch.func.vjp, and torch.autograd.grad with "
         "create_graph=True",
@@ -221,7 +225,7 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         "jacrev",
         lambda ctx: run_jacobian(ctx, "jacrev"),
         no_plan,
-        _first(needs_setup_context, _needs_backward),
+        first_reason(needs_setup_context, needs_backward),
         fd.FD_REFERENCE,
         "torch.func.jacrev against the finite-difference Jacobian",
     ),
@@ -229,14 +233,14 @@ _CATALOGUE: list[tuple[str, Callable[[CaseContext], str | None], Any, Any, str, 
         "jacfwd",
         lambda ctx: run_jacobian(ctx, "jacfwd"),
         no_plan,
-        _first(needs_setup_context, _needs_jvp, _jacfwd_needs_vmap),
+        first_reason(needs_setup_context, needs_jvp, _jacfwd_needs_vmap),
         fd.FD_REFERENCE,
         "torch.func.jacfwd against the finite-difference Jacobian",
     ),
 ]
 
 
-def _with_fixed_rng(
+def with_fixed_rng(
     run: Callable[[CaseContext], str | None],
 ) -> Callable[[CaseContext], str | None]:
     """For a random entry, every call of the Function draws the same numbers.
@@ -299,6 +303,6 @@ for _name, _run, _plans, _supported, _reference, _description in _CATALOGUE:
         _run = with_dtype_leg(_run)
     register(
         CheckSpec(
-            _name, _with_fixed_rng(_run), _plans, _supported, "autodiff", _reference, _description
+            _name, with_fixed_rng(_run), _plans, _supported, "autodiff", _reference, _description
         )
     )

@@ -45,8 +45,6 @@ MEMORY_BUDGET = 1 << 30
 IDENTITY_DIRECTIONS = 3
 #: At most this many problems are spelled out in one failure message.
 MAX_PROBLEMS = 4
-#: Composite checks: cap on the primal in_dims plans (before the tangent-only/primal-only ones).
-COMPOSITE_PLAN_CAP = 8
 
 EAGER_CUSTOM_REFERENCE = "eager backward (gradient=custom)"
 LOOP_VJP_REFERENCE = "loop of per-slice eager vjp (torch.autograd.grad)"
@@ -253,7 +251,9 @@ class Findings:
         raise CheckFailure(text + "".join(f" -- {h}" for h in hints))
 
 
-def _close(findings: Findings, actual: torch.Tensor, expected: torch.Tensor) -> bool:
+def close(findings: Findings, actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether ``actual`` matches ``expected`` within the findings' tolerances (a quiet
+    comparison: nothing is recorded; used for hints such as grads in the wrong order)."""
     if actual.shape != expected.shape:
         return False
     a, e = actual.detach().to(torch.float64), expected.detach().to(torch.float64)
@@ -316,7 +316,9 @@ def restricted(
     return f
 
 
-def _all_outputs(entry: Entry, flat: bool = True) -> Callable[..., Any]:
+def all_outputs(entry: Entry, flat: bool = True) -> Callable[..., Any]:
+    """The Function's call returning every output (a tuple when ``flat``), its in-place
+    arguments cloned first so the caller's tensors never change."""
     inplace = set(entry.caps.inplace_args)
 
     def f(*args: Any) -> Any:
@@ -454,7 +456,7 @@ def diff_view(ctx: CaseContext) -> DiffView:
             + (" outside nondiff_args" if fixed else "")
             + ": nothing to differentiate"
         )
-    flat = FlatCall(_all_outputs(entry, flat=False))
+    flat = FlatCall(all_outputs(entry, flat=False))
     outputs, marked = eager_outputs(flat, args, diff)
     # Autograd tracks only the top-level tensors of a Function's outputs: leaves nested in
     # a dict, list or tuple inside the outputs are not differentiable.

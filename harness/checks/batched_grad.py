@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from harness.checks.autodiff import _needs_backward, _with_fixed_rng
+from harness.checks.autodiff import needs_backward, with_fixed_rng
 from harness.checks.autodiff_refs import (
     Findings,
     Watch,
@@ -40,10 +40,10 @@ from harness.checks.catalogue import (
     Unsupported,
     register,
 )
-from harness.checks.composites import CompositePlan
 from harness.checks.references import refuses_grad
 from harness.core.locations import describe_exception
 from harness.core.options import Options
+from harness.plans.composite import CompositePlan
 from harness.plans.plan import ArgLayout, LevelPlan, Plan, normalize_dim
 
 LOOP_AUTOGRAD_GRAD = "loop of per-slice torch.autograd.grad on the same graph"
@@ -184,9 +184,9 @@ def run_vmap_of_autograd_grad(ctx: CaseContext) -> str:
 register(
     CheckSpec(
         "vmap_of_autograd_grad",
-        _with_fixed_rng(run_vmap_of_autograd_grad),
+        with_fixed_rng(run_vmap_of_autograd_grad),
         _plans,
-        _needs_backward,
+        needs_backward,
         "autodiff",
         LOOP_AUTOGRAD_GRAD,
         "vmap over the cotangents of eager torch.autograd.grad on a graph built outside vmap "

@@ -1,32 +1,26 @@
 """Autodiff composed with vmap: ``grad_of_vmap``, ``jvp_of_vmap``, ``vmap_of_vjp``, ``vmap_of_jvp``.
 
-Plans: ``grad_of_vmap`` and ``jvp_of_vmap`` take the single-level strategy (exhaustive up
-to the composite cap, pairwise beyond) and one nested plan. ``vmap_of_vjp`` and
-``vmap_of_jvp`` (``CompositePlan``) put the cotangents/tangents in the covering array as
-one more unit at None, 0 or -1, so every pair of (argument position, argument position)
-and (argument position, extras position) occurs; then out_dims=-1 and one nested plan.
-Ids read ``in_dims=(0,None),cotangents=0``. References are loops of per-slice eager
-calls, which never run a vmap rule.
+The plans and the slices with their extras are ``harness.plans.composite``'s. References
+are loops of per-slice eager calls, which never run a vmap rule.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
+from autograd_function_db.entry import Entry
 from harness.checks import noise
 from harness.checks.autodiff_refs import (
-    COMPOSITE_PLAN_CAP,
     LOOP_JVP_REFERENCE,
     LOOP_VJP_REFERENCE,
     DiffView,
     Findings,
     Watch,
-    _all_outputs,
+    all_outputs,
     attempt,
     random_like,
     restricted,
@@ -41,180 +35,17 @@ from harness.checks.catalogue import (
 from harness.checks.forward_outputs import compare_forward, forward_torch_bug, note_left_out
 from harness.checks.references import eager_jvp, eager_vjp
 from harness.checks.unbatching import raised_in_unbatching, unbatching_bug
-from harness.core.options import Options
+from harness.core.locations import describe_exception
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
-from harness.plans.plan import (
-    MID,
-    ArgLayout,
-    LevelPlan,
-    Plan,
-    any_batched,
-    choose_rows,
-    nested_plans,
-    normalize_dim,
-    single_level_plans,
-    unit_choices,
+from harness.plans.composite import (
+    CompositePlan,
+    WithExtras,
+    loop_of_grads,
+    stacked_extra,
+    with_extra_dims,
 )
-from harness.plans.slices import PlanSlices, SliceSource, build_batched_args, derive_seed
-
-# --- autodiff composed with vmap -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompositePlan(Plan):
-    """A plan over the Function's arguments plus one batch dim per level for every extra
-    argument (the cotangents or tangents), appended after the Function's arguments."""
-
-    extra_name: str = "cotangents"
-    extra_dims: tuple[int | None, ...] = ()
-
-    def _make_id(self) -> str:
-        parts = self._levels_id().split("|")
-        return "|".join(
-            f"{p},{self.extra_name}={'None' if d is None else d}"
-            for p, d in zip(parts, self.extra_dims)
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d["id"] = self.id
-        d["extra"] = {"name": self.extra_name, "in_dims": list(self.extra_dims)}
-        return d
-
-    def combined(self, n_extra: int) -> Plan:
-        """The plan over (arguments..., extras...) that the batching helpers understand."""
-        return Plan(
-            tuple(
-                dataclasses.replace(lv, in_dims=(*lv.in_dims, *([d] * n_extra)))
-                for lv, d in zip(self.levels, self.extra_dims)
-            ),
-            self.strategy,
-        )
-
-
-class WithExtras:
-    """A SliceSource look-alike: each slice's arguments followed by its own random extras.
-
-    One is kept per sample and kind of extras (``extras_source``), so like a ``SliceSource``
-    it keeps what the sample's cases share: the extras drawn per slice path, plan readers,
-    per-slice call arguments and stacks (each handed out as a copy), and the per-slice
-    outputs of the eager references (``PlanSlices.outputs_kept``)."""
-
-    def __init__(
-        self, slices: SliceSource, make: Callable[[tuple[int, ...]], list[torch.Tensor]]
-    ) -> None:
-        self._slices = slices
-        self._make = make
-        self._cache: dict[tuple[int, ...], list[torch.Tensor]] = {}
-        self._peeked: dict[tuple[int, ...], tuple[Any, ...]] = {}
-        #: Plan readers (``PlanSlices.of``): the loop and the batched call of a case share one.
-        self._readers: dict[str, PlanSlices] = {}
-        #: Per-slice call arguments and reference outputs (see ``SliceSource``).
-        self._call_slices: dict[tuple[Any, ...], dict[tuple[int, ...], tuple[Any, ...]]] = {}
-        self._slice_outputs: dict[tuple[Any, ...], dict[tuple[int, ...], Any]] = {}
-        self._n_args = len(slices.peek(()))
-        self._stacks = getattr(slices, "stacks", None)
-        self._extra_stacks: dict[tuple[Any, ...], torch.Tensor] = {}
-
-    def _extras(self, path: tuple[int, ...]) -> list[torch.Tensor]:
-        key = tuple(path)
-        while key and key[-1] == 0:
-            key = key[:-1]
-        if key not in self._cache:
-            self._cache[key] = self._make(key)
-        return self._cache[key]
-
-    def args(self, path: tuple[int, ...] = ()) -> tuple[Any, ...]:
-        return (*self._slices.args(path), *(e.clone() for e in self._extras(path)))
-
-    def stacks(self, index: int) -> dict[tuple[Any, ...], torch.Tensor] | None:
-        """The source's kept stacks for the Function's arguments, this one's for the extras."""
-        if index >= self._n_args:
-            return self._extra_stacks
-        return self._stacks(index) if self._stacks is not None else None
-
-    def peek(self, path: tuple[int, ...]) -> tuple[Any, ...]:
-        """The cached arguments and extras at ``path``, only to be read (see
-        ``SliceSource.peek``): nothing is copied for a caller that wants one leaf."""
-        key = tuple(path)
-        both = self._peeked.get(key)
-        if both is None:
-            both = self._peeked[key] = (*self._slices.peek(path), *self._extras(path))
-        return both
-
-
-#: Positions of the extras (cotangents or tangents): all of them share one batch dim per level.
-EXTRA_CHOICES: tuple[int | None, ...] = (None, 0, -1)
-
-
-def _composite_plans(extra_name: str) -> Callable[[ArgLayout, Options], list[Plan | None]]:
-    """The Function's units and the extras as one more unit, in a strength-2 covering array
-    (exhaustive under the cap): every pair of positions of two arguments, or of an argument
-    and the extras, occurs in some plan. Then out_dims=-1 and one nested plan."""
-
-    def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
-        units = layout.units()
-        if not units:
-            return []
-        b = options.batch_sizes[0]
-        cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
-        per_unit = [unit_choices(layout, u) for u in units]
-        sizes = [*(len(c) for c in per_unit), len(EXTRA_CHOICES)]
-        rows, strategy = choose_rows(sizes, cap, options.seed, any_batched)
-        candidates: list[Plan] = []
-        for row in rows:
-            assignment: dict[Any, Any] = {}
-            for options_, r in zip(per_unit, row):
-                assignment.update(options_[r])
-            candidates.append(
-                CompositePlan(
-                    (LevelPlan(b, layout.in_dims(assignment)),),
-                    strategy,
-                    extra_name,
-                    (EXTRA_CHOICES[row[-1]],),
-                )
-            )
-        zero = layout.in_dims(layout.uniform(0))
-        candidates.append(CompositePlan((LevelPlan(b, zero, -1),), strategy, extra_name, (0,)))
-        nb = tuple(options.nested_batch_sizes)
-        if len(nb) >= 2:
-            candidates.append(
-                CompositePlan(
-                    tuple(LevelPlan(s, zero) for s in nb),
-                    "nested-fixed",
-                    extra_name,
-                    (0,) * len(nb),
-                )
-            )
-        out: list[Plan | None] = []
-        seen: set[str] = set()
-        for p in candidates:
-            if p.id not in seen:
-                seen.add(p.id)
-                out.append(p)
-        return out
-
-    return plans
-
-
-def _grad_of_vmap_plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
-    b = options.batch_sizes[0]
-    cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
-    plans: list[Plan | None] = list(single_level_plans(layout, b, cap=cap, seed=options.seed))
-    nested = nested_plans(layout, options.nested_batch_sizes)
-    if nested:
-        plans.append(nested[0])
-    return plans
-
-
-def _jvp_of_vmap_plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
-    """As grad_of_vmap, without the interior out_dims (the vmap checks cover it)."""
-    return [
-        p
-        for p in _grad_of_vmap_plans(layout, options)
-        if p is not None and all(lv.out_dims != MID for lv in p.levels)
-    ]
-
+from harness.plans.plan import MID, LevelPlan, Plan
+from harness.plans.slices import PlanSlices, build_batched_args, derive_seed
 
 #: What the per-slice references call, naming the outputs they keep: the composite checks
 #: of one sample share them (``loop_reference``'s ``reuse``, ``PlanSlices.outputs_kept``).
@@ -286,7 +117,7 @@ def _run_composite(
         expected, returned_tuple = loop_reference(reference_fn, full, source, reuse=reuse)  # type: ignore[arg-type]
     except Exception as exc:
         raise ReferenceRaised(
-            _reference_raised(ctx, label, full, source, actual_fn, reference_name, meaning, exc)
+            reference_raised(ctx, label, full, source, actual_fn, reference_name, meaning, exc)
         ) from exc
     out_dims = concrete_out_dims(full, expected, returned_tuple)
     batched = build_batched_args(full, source)  # type: ignore[arg-type]
@@ -335,7 +166,7 @@ def _run_composite(
     findings.raise_if_any()
 
 
-def _reference_raised(
+def reference_raised(
     ctx: CaseContext,
     label: str,
     full: Plan,
@@ -347,8 +178,6 @@ def _reference_raised(
 ) -> str:
     """The message of a case whose reference raised: which side, what it means, and whether
     the transform under test itself ran (it is run here, once, to say so)."""
-    from harness.core.locations import describe_exception
-
     batched = build_batched_args(full, source)  # type: ignore[arg-type]
     out_dims = [0 if lv.out_dims == MID else lv.out_dims for lv in full.levels]
     try:
@@ -366,6 +195,7 @@ def _reference_raised(
 
 
 def check_words(label: str) -> str:
+    """The check's name in words, from a case label: ``vmap of vjp``."""
     return label.split(" ", 1)[0].replace("_of_", " of ")
 
 
@@ -401,23 +231,32 @@ def run_vmap_of_vjp(ctx: CaseContext) -> str:
     return LOOP_VJP_REFERENCE
 
 
-def run_vmap_of_jvp(ctx: CaseContext) -> str:
-    view = sample_view(ctx)
-    entry = ctx.entry
-    n = len(view.args)
-    plan = ctx.plan
-    assert isinstance(plan, CompositePlan)
-    for lv, extra in zip(plan.levels, plan.extra_dims):
+def refuse_unbatched_inplace_tangent(
+    entry: Entry, n: int, levels: Iterable[tuple[LevelPlan, int | None]]
+) -> None:
+    """``Unsupported`` when a level batches an argument the Function modifies in place but
+    not its tangent (``levels``: each level with its tangents' batch dim): vmap cannot write
+    the batched update into the unbatched tangent, as for torch's own in-place ops."""
+    for lv, tangent_dim in levels:
         batched_inplace = [
             i for i in entry.caps.inplace_args if i < n and lv.in_dims[i] is not None
         ]
-        if batched_inplace and extra is None:
+        if batched_inplace and tangent_dim is None:
             raise Unsupported(
                 f"argument {batched_inplace[0]} is modified in place (mark_dirty), so jvp must "
                 "update its tangent in place; with the argument batched and the tangent not, "
                 "vmap cannot write batched values into the unbatched tangent (torch's own "
                 "in-place ops such as exp_ raise the same way)"
             )
+
+
+def run_vmap_of_jvp(ctx: CaseContext) -> str:
+    view = sample_view(ctx)
+    entry = ctx.entry
+    n = len(view.args)
+    plan = ctx.plan
+    assert isinstance(plan, CompositePlan)
+    refuse_unbatched_inplace_tangent(entry, n, zip(plan.levels, plan.extra_dims))
 
     def actual(*a: Any) -> tuple[Any, ...]:
         f = restricted(entry, a[:n], view.diff, view.outs)
@@ -448,92 +287,81 @@ def run_vmap_of_jvp(ctx: CaseContext) -> str:
     return LOOP_JVP_REFERENCE
 
 
+def slice_vjp(
+    entry: Entry,
+    view: DiffView,
+    slices: PlanSlices,
+    kept: dict[tuple[int, ...], Any] | None,
+    path: tuple[int, ...],
+) -> tuple[torch.Tensor, ...]:
+    """A slice's eager vjp from its arguments and cotangents in ``slices``, kept in ``kept``
+    (as ``loop_reference`` keeps a slice's outputs) for the sample's later cases."""
+    hit = kept.get(path) if kept is not None else None
+    if hit is None:
+        n = len(view.args)
+        a = slices.call_args(path)
+        grads = attempt(
+            "per-slice eager vjp (reference)",
+            eager_vjp,
+            entry,
+            a[:n],
+            view.diff,
+            view.outs,
+            list(a[n:]),
+        )
+        hit = (tuple(grads), None)
+        if kept is not None:
+            kept[path] = hit
+    return hit[0]  # type: ignore[no-any-return]
+
+
+def wide_slice_vjp(
+    entry: Entry, view: DiffView, slices: PlanSlices, path: tuple[int, ...]
+) -> tuple[torch.Tensor, ...]:
+    """A slice's eager vjp from the float64 upcast of its arguments and cotangents."""
+    n = len(view.args)
+    a = [noise.widened(x) for x in slices.call_args(path)]
+    return tuple(eager_vjp(entry, a[:n], view.diff, view.outs, list(a[n:])))
+
+
+def _or_none(fn: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor] | None:
+    """``fn()`` under a forked RNG, None when it raises (the widened recheck is optional)."""
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return fn()
+    except Exception:
+        return None
+
+
 def run_grad_of_vmap(ctx: CaseContext) -> str:
     view = sample_view(ctx)
     entry = ctx.entry
     plan = ctx.plan
     assert plan is not None
     findings = Findings.of(ctx)
-    fn = _all_outputs(entry)
+    fn = all_outputs(entry)
     stacked, returned_tuple = loop_reference(
         fn, plan, ctx.slices, reuse=("all outputs", entry.call)
     )
     out_dims = concrete_out_dims(plan, stacked, returned_tuple)
-    reader = PlanSlices.of(plan, ctx.slices)
-    batched = reader.batched()
-    n, levels = len(view.args), plan.levels
+    batched = PlanSlices.of(plan, ctx.slices).batched()
+    n = len(view.args)
     # Each slice's cotangents are the sample's (``extras_source``): the batched cotangent
     # stacks them at out_dims, and each slice's eager vjp is the one vmap_of_vjp keeps for
     # the plans that batch the same arguments with the cotangents batched.
     source = extras_source(ctx, "cotangents", [view.outputs[j] for j in view.outs], view)
-    full = Plan(
-        tuple(
-            dataclasses.replace(lv, in_dims=(*lv.in_dims, *([0] * len(view.outs)))) for lv in levels
-        ),
-        plan.strategy,
-    )
+    full = with_extra_dims(plan, lambda lv: [0] * len(view.outs))
     slices_with_cots = PlanSlices.of(full, source)  # type: ignore[arg-type]
     key = _reference_key(ctx, EAGER_VJP, view)
     kept = slices_with_cots.outputs_kept(key) if key is not None else None
-
-    def out_dim(level: int, j: int) -> int:
-        od = out_dims[level]
-        return od[j] if isinstance(od, tuple) else od
-
-    def wide_grads(path: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-        """A slice's eager vjp from the float64 upcast of its arguments and cotangents."""
-        a = [noise.widened(x) for x in slices_with_cots.call_args(path)]
-        return tuple(eager_vjp(entry, a[:n], view.diff, view.outs, list(a[n:])))
-
-    def slice_grads(path: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-        hit = kept.get(path) if kept is not None else None
-        if hit is None:
-            a = slices_with_cots.call_args(path)
-            grads = attempt(
-                "per-slice eager vjp (reference)",
-                eager_vjp,
-                entry,
-                a[:n],
-                view.diff,
-                view.outs,
-                list(a[n:]),
-            )
-            hit = (tuple(grads), None)  # as ``loop_reference`` keeps a slice's outputs
-            if kept is not None:
-                kept[path] = hit
-        return hit[0]  # type: ignore[no-any-return]
-
-    def reference(
-        level: int, path: tuple[int, ...], grads: Callable[..., Any] = slice_grads
-    ) -> list[torch.Tensor]:
-        if level == len(levels):
-            return list(grads(path))
-        lv = levels[level]
-        per = [reference(level + 1, (*path, b), grads) for b in range(lv.batch_size)]
-        result = []
-        for m, i in enumerate(view.diff):
-            parts = [p[m] for p in per]
-            dim = lv.in_dims[i]
-            if dim is None:
-                result.append(torch.stack(parts).sum(0))
-            else:
-                result.append(torch.stack(parts, dim=normalize_dim(dim, parts[0].dim() + 1)))
-        return result
-
-    def cotangent(m: int, j: int, level: int, path: tuple[int, ...]) -> torch.Tensor:
-        if level == len(levels):
-            return source.peek(path)[n + m]  # type: ignore[no-any-return]
-        parts = [cotangent(m, j, level + 1, (*path, b)) for b in range(levels[level].batch_size)]
-        return torch.stack(parts, dim=normalize_dim(out_dim(level, j), parts[0].dim() + 1))
-
-    cots = [cotangent(m, j, 0, ()) for m, j in enumerate(view.outs)]
-    expected = reference(0, ())
+    cots = [stacked_extra(source, n + m, plan, out_dims, j) for m, j in enumerate(view.outs)]
+    grads = functools.partial(slice_vjp, entry, view, slices_with_cots, kept)
+    expected = loop_of_grads(plan, view.diff, grads)
     label = f"grad_of_vmap {plan.id}"
     watch = Watch()
     for i, a in enumerate(batched):
         watch.add(f"input {i}", a)
-    cot_in = cots  # fresh stacks, only this case holds them
-    for j, c in zip(view.outs, cot_in):
+    for j, c in zip(view.outs, cots):  # fresh stacks, only this case holds them
         watch.add(f"the cotangent of {view.out_name(j)}", c)
     vf = vmapped(fn, plan, out_dims, randomness=ctx.vmap_randomness)
 
@@ -544,18 +372,14 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
         outs = vf(*call)
         return tuple(outs[j] for j in view.outs), tuple(outs)
 
-    def torch_bug() -> None:
-        """torch's un-batching bug (``xfail``) rather than the Function's failure, if it is."""
-        _unbatching_under(ctx, "vjp", plan, out_dims, stacked, findings, label)
-
     try:
         _, vjp_fn, returned = attempt(
             f"{label} forward", torch.func.vjp, f, *(batched[i] for i in view.diff), has_aux=True
         )
-        actual = attempt(label, vjp_fn, tuple(cot_in))
+        actual = attempt(label, vjp_fn, tuple(cots))
     except Exception as raised:
         if raised_in_unbatching(raised):
-            torch_bug()
+            _unbatching_under(ctx, "vjp", plan, out_dims, stacked, findings, label)
         raise
     watch.verify(label, findings, "inputs and cotangents must be left unchanged")
     start = len(findings.problems)
@@ -570,20 +394,19 @@ def run_grad_of_vmap(ctx: CaseContext) -> str:
     ]
     for text, a, e in compared:
         findings.compare(text, a, e, e.dtype)
-
-    def wide() -> list[torch.Tensor] | None:
-        try:
-            with torch.random.fork_rng(devices=[]):
-                return reference(0, (), wide_grads)
-        except Exception:
-            return None
-
-    noise.recheck_findings(ctx, findings, start, compared, wide)
+    wide = functools.partial(wide_slice_vjp, entry, view, slices_with_cots)
+    noise.recheck_findings(
+        ctx,
+        findings,
+        start,
+        compared,
+        lambda: _or_none(lambda: loop_of_grads(plan, view.diff, wide)),
+    )
     grads_ok = not findings.problems
     if compare_forward(ctx, findings, label, view, returned, stacked, fn, plan) and grads_ok:
         forward_torch_bug(ctx, label, fn, plan, out_dims, stacked, findings)
     if findings.problems:
-        torch_bug()
+        _unbatching_under(ctx, "vjp", plan, out_dims, stacked, findings, label)
     findings.raise_if_any()
     return LOOP_VJP_REFERENCE
 
@@ -602,7 +425,7 @@ def _unbatching_under(
     vmap and the case's randomness; a random entry's call is reseeded per call, so its
     draws match the loop's). ``forward_expected``: the loop reference of every output of
     the forward at out_dims (computed here when None)."""
-    fn = _all_outputs(ctx.entry)
+    fn = all_outputs(ctx.entry)
     if forward_expected is None:
         forward_expected, _ = loop_reference(fn, plan, ctx.slices)
     message = unbatching_bug(
@@ -633,13 +456,7 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
     assert plan is not None
     n = len(view.args)
     findings = Findings.of(ctx)
-    full = Plan(
-        tuple(
-            dataclasses.replace(lv, in_dims=(*lv.in_dims, *(lv.in_dims[i] for i in view.diff)))
-            for lv in plan.levels
-        ),
-        plan.strategy,
-    )
+    full = with_extra_dims(plan, lambda lv: [lv.in_dims[i] for i in view.diff])
     source = extras_source(ctx, "tangents", view.primals(), view)
 
     def reference(*a: Any) -> tuple[Any, ...]:
@@ -656,7 +473,7 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
     watch = Watch()
     for i, a in enumerate(batched):
         watch.add(f"input {i}" if i < n else f"the tangent of input {view.diff[i - n]}", a)
-    every = _all_outputs(entry)
+    every = all_outputs(entry)
     out_dims = [lv.out_dims for lv in plan.levels]
     vf = vmapped(every, plan, out_dims, randomness=ctx.vmap_randomness)
 
@@ -666,10 +483,6 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
             call[i] = x
         outs = as_tuple(vf(*call))
         return tuple(outs[j] for j in view.outs), tuple(outs)
-
-    def torch_bug() -> None:
-        """torch's un-batching bug (``xfail``) rather than the Function's failure, if it is."""
-        _unbatching_under(ctx, "jvp", plan, out_dims, None, findings, label)
 
     try:
         primals_out, tangents_out, returned = attempt(
@@ -682,7 +495,7 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
         )
     except Exception as raised:
         if raised_in_unbatching(raised):
-            torch_bug()
+            _unbatching_under(ctx, "jvp", plan, out_dims, None, findings, label)
         raise
     watch.verify(label, findings, "inputs and tangents must be left unchanged")
     names = [f"primal output {j}" for j in view.outs] + [
@@ -715,6 +528,6 @@ def run_jvp_of_vmap(ctx: CaseContext) -> str:
         ):
             forward_torch_bug(ctx, label, every, plan, out_dims, stacked, findings)
     if findings.problems:
-        torch_bug()
+        _unbatching_under(ctx, "jvp", plan, out_dims, None, findings, label)
     findings.raise_if_any()
     return LOOP_JVP_REFERENCE

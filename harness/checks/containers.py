@@ -24,7 +24,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from autograd_function_db.entry import Entry
-from harness.checks.catalogue import CaseContext, check_names, get_check
+from harness.checks.catalogue import CaseContext, add_case_guard, check_names, get_check
 from harness.plans.plan import ArgLayout
 
 WHY = (
@@ -125,3 +125,6 @@ def container_finding(ctx: CaseContext, check: str, family: str) -> str:
         plan is not None and ctx.plan is not None and plan.id == ctx.plan.id
     )
     return text if name == check and same_plan else ""
+
+
+add_case_guard(container_finding)

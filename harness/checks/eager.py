@@ -44,10 +44,10 @@ import torch.autograd.forward_ad as fwAD
 from autograd_function_db.entry import Entry
 from harness.checks import finite_diff as fd
 from harness.checks.autodiff import (
-    NO_BACKWARD,
-    _needs_double_backward,
-    _with_fixed_rng,
     custom_op_no_jvp,
+    needs_backward,
+    needs_double_backward,
+    with_fixed_rng,
 )
 from harness.checks.autodiff_refs import (
     COTANGENT_WHY,
@@ -71,11 +71,11 @@ from harness.checks.catalogue import (
 )
 from harness.checks.eager_second_order import (
     EAGER_SECOND_ORDER_REFERENCE,
-    _leaves,
     run_eager_vjp_of_vjp,
 )
 from harness.checks.first_order import (
     compare_grads,
+    compare_jvp,
     draw_cotangents,
     draw_tangents,
     either_reference,
@@ -85,12 +85,14 @@ from harness.checks.first_order import (
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
-    _subsets,
     eager_jacobian,
     fd_jacobian,
+    fresh_leaves,
     grad_where_connected,
     jacobian_fits,
+    jvp_cases,
     require_jacobian_budget,
+    vjp_cases,
 )
 from harness.core.errors import FunctionRaised
 
@@ -133,7 +135,7 @@ def eager_grads(
     user's eager call: ``Function.apply`` then ``.grad``), the leaves non-contiguous when
     ``strided``; inputs the outputs do not use get zeros."""
     with torch.enable_grad():
-        leaves = _leaves(args, wrt, strided)
+        leaves = fresh_leaves(args, wrt, strided)
         outs = restricted(entry, args, wrt, outputs)(*leaves)
         grads = grad_where_connected(outs, leaves, cotangents)
     if grads is None:
@@ -252,13 +254,7 @@ def run_eager_vjp(ctx: CaseContext) -> str:
             order_hint_in_custom=False,
         )
 
-    cases = [
-        (f"{in_name}, {out_name}", ins, outs, False)
-        for in_name, ins in _subsets(view.diff, "input", "inputs")
-        for out_name, outs in _subsets(view.outs, "output", "outputs")
-    ]
-    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
-    for name, ins, outs, strided in cases:
+    for name, ins, outs, strided in vjp_cases(view):
         before = len(findings.problems)
         label = f"eager_vjp: {name} (torch.autograd.grad, the Function's backward)"
         cots = [cot[j].clone() for j in outs]
@@ -303,9 +299,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
         jac = eager_jacobian(view)
     references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
-    cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
-    cases.append(("non-contiguous inputs and tangents", view.diff, True))
-    for name, subset, strided in cases:
+    for name, subset, strided in jvp_cases(view):
         label = f"eager_jvp: {name} (torch.autograd.forward_ad, the Function's jvp)"
         before = len(findings.problems)
         tans = [tangents[i].clone() for i in subset]
@@ -322,33 +316,19 @@ def run_eager_jvp(ctx: CaseContext) -> str:
         )
         watch.verify(label, findings, INPUT_WHY)
         tan_watch.verify(label, findings, TANGENT_WHY)
-        for k, j in enumerate(view.outs):
-            findings.compare(
-                f"{label}: primal {view.out_name(j)} under forward AD vs the plain call",
-                primal[k],
-                view.outputs[j],
-            )
-        for ref_name, reference in references.items():
-            found = by_name[ref_name]
-            before_ref = len(found.problems)
-            for k, (j, expected) in enumerate(zip(view.outs, reference(subset))):
-                actual = tout[k]
-                if actual is None:
-                    if bool(expected.abs().max() > 0) if expected.numel() else False:
-                        found.add(
-                            f"{label}: {view.out_name(j)} has no tangent (the jvp returned None "
-                            f"for it, or forward AD did not reach it) but {ref_name} (reference) "
-                            "is nonzero: forward-mode users get silent zeros"
-                        )
-                    continue
-                found.compare(
-                    f"{label}: tangent of {view.out_name(j)} (the Function's jvp) vs {ref_name} "
-                    "(reference)",
-                    actual,
-                    expected,
-                    view.outputs[j].dtype,
-                )
-            found.outcome(name, before_ref)
+        compare_jvp(
+            findings,
+            references,
+            by_name,
+            view,
+            name,
+            label,
+            subset,
+            primal,
+            tout,
+            "forward AD",
+            " (the Function's jvp)",
+        )
         findings.outcome(name, before)
     if custom:
         return either_reference(ctx, "eager_jvp", by_name, findings)
@@ -359,10 +339,6 @@ def run_eager_jvp(ctx: CaseContext) -> str:
 # --- registration ----------------------------------------------------------------------------
 
 
-def _needs_backward(entry: Entry) -> str | None:
-    return None if entry.caps.backward else NO_BACKWARD
-
-
 def _needs_jvp(entry: Entry) -> str | None:
     if entry.custom_op is not None:
         return custom_op_no_jvp(entry)
@@ -370,14 +346,14 @@ def _needs_jvp(entry: Entry) -> str | None:
 
 
 def _needs_backward_twice(entry: Entry) -> str | None:
-    return _needs_backward(entry) or _needs_double_backward(entry)
+    return needs_backward(entry) or needs_double_backward(entry)
 
 
 _EAGER: list[tuple[str, Callable[[CaseContext], str | None], Any, str, str]] = [
     (
         "eager_vjp",
         run_eager_vjp,
-        _needs_backward,
+        needs_backward,
         fd.FD_REFERENCE,
         "torch.autograd.grad (no torch.func), each differentiable input alone and all together "
         "x each output alone and all together, and non-contiguous, against finite "
@@ -408,7 +384,7 @@ for _name, _run, _supported, _reference, _description in _EAGER:
     register(
         CheckSpec(
             _name,
-            _with_fixed_rng(_run),
+            with_fixed_rng(_run),
             no_plan,
             _supported,
             "eager",

@@ -19,33 +19,23 @@ from harness.checks.autodiff_refs import (
     Watch,
     attempt,
     is_custom,
-    noncontiguous,
     random_like,
     restricted,
 )
 from harness.checks.catalogue import CaseContext, Unsupported
 from harness.checks.gauge import same_function
-from harness.checks.references import _identity_problems
+from harness.checks.references import fresh_leaves, identity_problems
 from harness.checks.second_order import (
-    _follows,
-    _second_order_hint,
-    _second_order_setup,
     eager_double_backward,
     eager_first_order,
+    fd_double_backward,
     first_order_failure,
+    follows_first_order,
+    second_order_hint,
+    second_order_setup,
 )
 
 EAGER_SECOND_ORDER_REFERENCE = "finite differences (float64) of the eager first-order vjp"
-
-
-def _leaves(args: Sequence[Any], wrt: Sequence[int], strided: bool) -> list[torch.Tensor]:
-    """Fresh leaves for the arguments at ``wrt`` (non-contiguous ones when ``strided``)."""
-    out = []
-    for i in wrt:
-        a = args[i].detach()
-        leaf = noncontiguous(a) if strided else a.clone()
-        out.append(leaf.requires_grad_(True))
-    return out
 
 
 # --- eager_vjp_of_vjp ------------------------------------------------------------------------
@@ -56,7 +46,7 @@ def saved_non_inputs(view: DiffView) -> list[str]:
     eager call) that are not one of the differentiable inputs, and tensors kept on the ctx as
     attributes. Empty when it saved inputs only (or nothing)."""
     with torch.enable_grad():
-        leaves = _leaves(view.args, view.diff, False)
+        leaves = fresh_leaves(view.args, view.diff, False)
         outs = restricted(view.entry, view.args, view.diff, view.outs)(*leaves)
     node = next(
         (o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
@@ -107,7 +97,7 @@ def _custom_second_order_reference(
 
 
 def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
-    view, xs, cots, names = _second_order_setup(ctx)
+    view, xs, cots, names = second_order_setup(ctx)
     entry = ctx.entry
     custom = is_custom(entry)
     if custom:
@@ -132,7 +122,6 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
         watch.add(nm, p)
     actual = attempt(label, eager_double_backward, view, primals, w)
     watch.verify(label, findings, "backward must leave its inputs and grad_output unchanged")
-    args64 = view.args64()
     if custom:
         expected, h = _custom_second_order_reference(ctx, view, primals, w)
         if expected is None:
@@ -152,31 +141,10 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
                 )
                 for t in directions
             ]
-            _identity_problems(
-                label, findings, actual, directions, rhs, sum(p.numel() for p in p64)
-            )
+            identity_problems(label, findings, actual, directions, rhs, sum(p.numel() for p in p64))
             expected = None
     else:
-        # Second derivatives are symmetric: d<J(x)^T c, w>/dx is the derivative of g(., c)
-        # along w, and d<J(x)^T c, w>/dc = J w (two directional differences).
-        p64 = [fd.upcast(p) for p in primals]
-        along_w = attempt(
-            "finite differences of the eager vjp (reference)",
-            fd.directional,
-            eager_first_order(view, args64),
-            p64,
-            [*w, *([None] * len(cots))],
-            step=entry.tolerances.fd_step,
-        )
-        jw = attempt(
-            "finite differences (reference, float64 forward)",
-            fd.directional,
-            view.fd_fn(args64, view.diff, view.outs),
-            p64[: len(xs)],
-            w,
-            step=entry.tolerances.fd_step,
-        )
-        expected = [*along_w, *jw]
+        expected = fd_double_backward(view, primals, w, entry.tolerances.fd_step)
     if expected is not None:
         for nm, a, e in zip(names, actual, expected):
             findings.compare(
@@ -186,8 +154,8 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
-            _follows(findings, "eager_vjp_of_vjp", case.replace("/vjp/", "/eager_vjp/"))
+            follows_first_order(findings, "eager_vjp_of_vjp", case.replace("/vjp/", "/eager_vjp/"))
         elif expected is not None:
-            hint = _second_order_hint(entry, actual, expected)
+            hint = second_order_hint(entry, actual, expected)
     findings.raise_if_any(hint)
     return EAGER_SECOND_ORDER_REFERENCE

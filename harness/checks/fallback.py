@@ -32,17 +32,17 @@ from harness.checks.catalogue import (
     register,
 )
 from harness.checks.compare import compare_outputs
-from harness.checks.composites import CompositePlan
 from harness.checks.vmap import (
     FALLBACK_MARK,
-    _run_vmap_plan,
     captured_fallback_warnings,
     lacks_batching_rule,
     needs_vmap_or_fallback,
+    vmap_against_loop,
 )
 from harness.core.locations import describe_exception
 from harness.core.options import Options
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
+from harness.plans.composite import CompositePlan
 from harness.plans.plan import ArgLayout, LevelPlan, Plan
 from harness.plans.pytrees import FlatCall
 from harness.plans.slices import build_batched_args, seeded_call
@@ -120,7 +120,7 @@ def _modes(ctx: CaseContext) -> list[tuple[str, Callable[[CaseContext], Any]]]:
     assert plan is not None
 
     def plain(c: CaseContext) -> Any:
-        return _run_same_randomness(c) if entry.caps.randomness else _run_vmap_plan(c, "vmap")
+        return _run_same_randomness(c) if entry.caps.randomness else vmap_against_loop(c, "vmap")
 
     modes: list[tuple[str, Callable[[CaseContext], Any]]] = [("vmap", plain)]
     for name, extra in (("vmap_of_vjp", "cotangents"), ("vmap_of_jvp", "tangents")):

@@ -18,8 +18,8 @@ from harness.checks.autodiff_refs import (
     INPUT_WHY,
     Findings,
     Watch,
-    _close,
     attempt,
+    close,
     diff_view,
     eager_protocol,
     is_custom,
@@ -35,13 +35,14 @@ from harness.checks.catalogue import (
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
-    _identity_problems,
-    _subsets,
     eager_vjp,
     fd_jacobian,
+    identity_problems,
     jacobian_fits,
+    jvp_cases,
     reference_jacobian,
     require_jacobian_budget,
+    vjp_cases,
 )
 from harness.core.errors import FunctionRaised
 
@@ -137,7 +138,7 @@ def compare_grads(
         if ok or not isinstance(actual, torch.Tensor) or (custom and not order_hint_in_custom):
             continue
         for k, other in zip(ins, expected):
-            if k != i and _close(findings, actual, other):
+            if k != i and close(findings, actual, other):
                 findings.hint(
                     f"the grad of input {i} equals the reference grad of input {k}: "
                     "backward returns its gradients in the wrong order?"
@@ -197,7 +198,7 @@ def fd_identity_check(
             grads = regrad(cot)
     rhs = [fd.dot_estimate(jt, [cot[j] for j in outs]) for jt in jts]
     before = len(findings.problems)
-    _identity_problems(label, findings, grads, directions, rhs, columns)
+    identity_problems(label, findings, grads, directions, rhs, columns)
     if len(findings.problems) - before == len(directions):
         findings.hint(CUSTOM_GRADIENT_HINT)
 
@@ -266,6 +267,50 @@ def jvp_references(
     return references, findings, by_name
 
 
+def compare_jvp(
+    findings: Findings,
+    references: dict[str, JvpReference],
+    by_name: dict[str, Findings],
+    view: Any,
+    name: str,
+    label: str,
+    subset: Sequence[int],
+    primal: Sequence[Any],
+    tangents: Sequence[torch.Tensor | None],
+    how: str,
+    side: str,
+) -> None:
+    """One jvp sub-case (``name``): the primal outputs under ``how`` against the plain call,
+    then each output's tangent (``side``: what computed it) against every reference, into
+    that reference's findings. A missing tangent (None: eager forward AD gave the output
+    none) fails only where the reference is nonzero."""
+    for k, j in enumerate(view.outs):
+        findings.compare(
+            f"{label}: primal {view.out_name(j)} under {how} vs the plain call",
+            primal[k],
+            view.outputs[j],
+        )
+    for ref_name, reference in references.items():
+        found = by_name[ref_name]
+        before_ref = len(found.problems)
+        for j, actual, expected in zip(view.outs, tangents, reference(subset)):
+            if actual is None:
+                if bool(expected.abs().max() > 0) if expected.numel() else False:
+                    found.add(
+                        f"{label}: {view.out_name(j)} has no tangent (the jvp returned None "
+                        f"for it, or forward AD did not reach it) but {ref_name} (reference) "
+                        "is nonzero: forward-mode users get silent zeros"
+                    )
+                continue
+            found.compare(
+                f"{label}: tangent of {view.out_name(j)}{side} vs {ref_name} (reference)",
+                actual,
+                expected,
+                view.outputs[j].dtype,
+            )
+        found.outcome(name, before_ref)
+
+
 def run_jvp(ctx: CaseContext) -> str:
     view = diff_view(ctx)
     eager_protocol(ctx, view)
@@ -276,9 +321,7 @@ def run_jvp(ctx: CaseContext) -> str:
     jac = reference_jacobian(ctx, reference_view(ctx, view))[0] if custom else None
     references, findings, by_name = jvp_references(ctx, view, tangents, jac)
 
-    cases = [(name, subset, False) for name, subset in _subsets(view.diff, "input", "inputs")]
-    cases.append(("non-contiguous inputs and tangents", view.diff, True))
-    for name, subset, strided in cases:
+    for name, subset, strided in jvp_cases(view):
         label = f"jvp: {name}"
         before = len(findings.problems)
         args = list(view.args)
@@ -301,24 +344,19 @@ def run_jvp(ctx: CaseContext) -> str:
             tuple(tans),
         )
         watch.verify(label, findings, "inputs and tangents must be left unchanged")
-        for k, j in enumerate(view.outs):
-            findings.compare(
-                f"{label}: primal {view.out_name(j)} under torch.func.jvp vs the plain call",
-                out[k],
-                view.outputs[j],
-            )
-        for ref_name, reference in references.items():
-            found = by_name[ref_name]
-            before_ref = len(found.problems)
-            for j, actual, expected in zip(view.outs, tout, reference(subset)):
-                found.compare(
-                    f"{label}: tangent of {view.out_name(j)}, torch.func.jvp (the Function's jvp) vs "
-                    f"{ref_name} (reference)",
-                    actual,
-                    expected,
-                    view.outputs[j].dtype,
-                )
-            found.outcome(name, before_ref)
+        compare_jvp(
+            findings,
+            references,
+            by_name,
+            view,
+            name,
+            label,
+            subset,
+            out,
+            tout,
+            "torch.func.jvp",
+            ", torch.func.jvp (the Function's jvp)",
+        )
         findings.outcome(name, before)
     if custom:
         return either_reference(ctx, "jvp", by_name, findings)
@@ -431,13 +469,7 @@ def run_vjp(ctx: CaseContext) -> str:
             regrad = functools.partial(_vjp_again, entry, args, ins, outs, how, label, strided)
             check_grads(label, ins, outs, grads, regrad)
 
-    cases = [
-        (f"{in_name}, {out_name}", ins, outs, False)
-        for in_name, ins in _subsets(view.diff, "input", "inputs")
-        for out_name, outs in _subsets(view.outs, "output", "outputs")
-    ]
-    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
-    for name, ins, outs, strided in cases:
+    for name, ins, outs, strided in vjp_cases(view):
         before = len(findings.problems)
         try:
             _vjp_subcheck(name, ins, outs, strided)

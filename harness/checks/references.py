@@ -29,6 +29,7 @@ from harness.checks.autodiff_refs import (
     Findings,
     attempt,
     is_custom,
+    noncontiguous,
     restricted,
 )
 from harness.checks.catalogue import (
@@ -99,6 +100,16 @@ def _through_backward(
     finally:
         for x, g in zip(inputs, kept):
             x.grad = g
+
+
+def fresh_leaves(args: Sequence[Any], wrt: Sequence[int], strided: bool) -> list[torch.Tensor]:
+    """Fresh leaves for the arguments at ``wrt`` (non-contiguous ones when ``strided``)."""
+    out = []
+    for i in wrt:
+        a = args[i].detach()
+        leaf = noncontiguous(a) if strided else a.clone()
+        out.append(leaf.requires_grad_(True))
+    return out
 
 
 def eager_vjp(
@@ -256,14 +267,36 @@ def fd_jacobian(ctx: CaseContext, view: DiffView) -> list[list[torch.Tensor]]:
     return blocks
 
 
-def _subsets(items: Sequence[int], word: str, plural: str) -> list[tuple[str, tuple[int, ...]]]:
+def subsets(items: Sequence[int], word: str, plural: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The sub-cases over inputs or outputs: all of them, then each alone (when several),
+    named as the case messages name them (``all inputs``, ``input 1 alone``)."""
     subsets = [(f"all {plural}", tuple(items))]
     if len(items) > 1:
         subsets += [(f"{word} {k} alone", (k,)) for k in items]
     return subsets
 
 
-def _identity_problems(
+def jvp_cases(view: DiffView) -> list[tuple[str, tuple[int, ...], bool]]:
+    """A jvp check's sub-cases: (name, tangent subset, strided): every input subset, then
+    non-contiguous inputs and tangents."""
+    cases = [(name, subset, False) for name, subset in subsets(view.diff, "input", "inputs")]
+    cases.append(("non-contiguous inputs and tangents", view.diff, True))
+    return cases
+
+
+def vjp_cases(view: DiffView) -> list[tuple[str, tuple[int, ...], tuple[int, ...], bool]]:
+    """A vjp check's sub-cases: (name, inputs, outputs, strided): every input subset x every
+    output subset, then non-contiguous inputs and cotangents."""
+    cases = [
+        (f"{in_name}, {out_name}", ins, outs, False)
+        for in_name, ins in subsets(view.diff, "input", "inputs")
+        for out_name, outs in subsets(view.outs, "output", "outputs")
+    ]
+    cases.append(("non-contiguous inputs and cotangents", view.diff, view.outs, True))
+    return cases
+
+
+def identity_problems(
     label: str,
     findings: Findings,
     grads: Sequence[torch.Tensor],

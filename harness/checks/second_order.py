@@ -59,10 +59,10 @@ from harness.checks.catalogue import (
 from harness.checks.first_order import either_reference
 from harness.checks.gauge import same_function
 from harness.checks.references import (
-    _identity_problems,
     eager_vjp,
     fd_jacobian,
     grad_where_connected,
+    identity_problems,
 )
 from harness.checks.saved import BackwardReads, backward_reads, nondiff_saved_hint
 
@@ -139,7 +139,9 @@ def eager_first_order(view: DiffView, args: Sequence[Any]) -> Callable[..., tupl
     return g
 
 
-def _second_order_hint(entry: Entry, actual: Sequence[Any], expected: Sequence[Any]) -> str:
+def second_order_hint(entry: Entry, actual: Sequence[Any], expected: Sequence[Any]) -> str:
+    """The hint of a failed second-order case: @once_differentiable, or all zeros where the
+    reference is not ("" when neither)."""
     zero = all(isinstance(a, torch.Tensor) and not bool(a.detach().any()) for a in actual)
     nonzero_ref = any(bool(e.abs().max() > 0) for e in expected if e.numel())
     if entry.caps.once_differentiable:
@@ -155,9 +157,11 @@ def _second_order_hint(entry: Entry, actual: Sequence[Any], expected: Sequence[A
     return ""
 
 
-def _second_order_setup(
+def second_order_setup(
     ctx: CaseContext,
 ) -> tuple[DiffView, list[torch.Tensor], list[torch.Tensor], list[str]]:
+    """A second-order case's view (eager protocol checked), primals, random cotangents and
+    the names of (primals..., cotangents...) in messages."""
     view = diff_view(ctx)
     eager_protocol(ctx, view)
     cots = random_like(ctx.generator("cotangents"), [view.outputs[j] for j in view.outs])
@@ -211,11 +215,12 @@ def eager_double_backward_jvp(
     return tuple(o.detach() for o in out)
 
 
-def eager_forward_over_reverse(
+def eager_forward_over_reverse_both(
     view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
 ) -> tuple[torch.Tensor, ...]:
-    """``J_g t`` by eager forward-mode AD (dual tensors) through ``torch.autograd.grad``:
-    the Function's own jvp gives the tangents of what it saved, as under torch.func."""
+    """``J(x)^T c`` and its tangent ``J_g t`` along ``t`` by eager forward-mode AD (dual
+    tensors) through ``torch.autograd.grad``: the Function's own jvp gives the tangents of
+    what it saved, as under torch.func."""
     n = len(view.diff)
     with fwAD.dual_level(), torch.enable_grad():
         leaves = [p.detach().clone().requires_grad_(True) for p in primals[:n]]
@@ -227,12 +232,50 @@ def eager_forward_over_reverse(
         outs = restricted(view.entry, view.args, view.diff, view.outs)(*duals)
         grads = grad_where_connected(outs, leaves, cots)
         if grads is None:
-            return tuple(torch.zeros_like(x) for x in leaves)
-        result = []
+            zeros = tuple(torch.zeros_like(x).detach() for x in leaves)
+            return (*zeros, *zeros)
+        primal_out, tangent_out = [], []
         for g in grads:
-            t = fwAD.unpack_dual(g).tangent
-            result.append(torch.zeros_like(g).detach() if t is None else t.detach().clone())
-    return tuple(result)
+            p, t = fwAD.unpack_dual(g)
+            primal_out.append(p.detach().clone())
+            tangent_out.append(torch.zeros_like(p).detach() if t is None else t.detach().clone())
+    return (*primal_out, *tangent_out)
+
+
+def eager_forward_over_reverse(
+    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """``J_g t`` alone (``eager_forward_over_reverse_both``'s tangents)."""
+    return eager_forward_over_reverse_both(view, primals, tangents)[len(view.diff) :]
+
+
+def fd_double_backward(
+    view: DiffView, primals: Sequence[torch.Tensor], w: Sequence[torch.Tensor], step: Any
+) -> list[torch.Tensor]:
+    """``d<J(x)^T c, w>/d(x, c)`` by float64 finite differences, for a ``derivative`` entry.
+
+    Second derivatives are symmetric, so d<J(x)^T c, w>/dx is the derivative of the eager
+    first-order vjp g(., c) along w, and d<J(x)^T c, w>/dc = J w: two directional
+    differences. ``primals``: (x..., c...)."""
+    args64 = view.args64()
+    p64 = [fd.upcast(p) for p in primals]
+    along_w = attempt(
+        "finite differences of the eager vjp (reference)",
+        fd.directional,
+        eager_first_order(view, args64),
+        p64,
+        [*w, *([None] * (len(primals) - len(w)))],
+        step=step,
+    )
+    jw = attempt(
+        "finite differences (reference, float64 forward)",
+        fd.directional,
+        view.fd_fn(args64, view.diff, view.outs),
+        p64[: len(w)],
+        w,
+        step=step,
+    )
+    return [*along_w, *jw]
 
 
 def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.Tensor]) -> str:
@@ -259,7 +302,7 @@ def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.T
             direction,
             step=view.entry.tolerances.fd_step,
         )
-        _identity_problems(
+        identity_problems(
             "vjp", findings, grads, [direction], [fd.dot_estimate(jt, cots)], view.columns()
         )
     if not findings.problems:
@@ -267,7 +310,7 @@ def first_order_failure(ctx: CaseContext, view: DiffView, cots: Sequence[torch.T
     return f"{view.entry.name}/vjp/s{ctx.sample_index}"
 
 
-def _follows(findings: Findings, check: str, case: str) -> None:
+def follows_first_order(findings: Findings, check: str, case: str) -> None:
     """Replace a second-order mismatch by the first-order failure it follows from."""
     detail = findings.problems[0]
     findings.problems = [
@@ -329,11 +372,11 @@ def _custom_fd_directions(
         rhs.append(fd.dot_estimate(jt, list(w)))
     columns = sum(p.numel() for p in p64)
     for label, actual in results:
-        _identity_problems(label, findings, list(actual), directions, rhs, columns)
+        identity_problems(label, findings, list(actual), directions, rhs, columns)
 
 
 def run_vjp_of_vjp(ctx: CaseContext) -> str:
-    view, xs, cots, names = _second_order_setup(ctx)
+    view, xs, cots, names = second_order_setup(ctx)
     entry = ctx.entry
     findings = Findings.derived(ctx, view)
     w = random_like(ctx.generator("outer cotangents"), xs)
@@ -361,28 +404,7 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
             attempt(f"{EAGER_DOUBLE_BACKWARD} (reference)", eager_double_backward, view, primals, w)
         )
     else:
-        # Second derivatives are symmetric, so d<J(x)^T c, w>/dx is the derivative of
-        # g(., c) along w, and d<J(x)^T c, w>/dc = J w: two directional differences.
-        args64 = view.args64()
-        p64 = [fd.upcast(p) for p in primals]
-        x64 = p64[: len(xs)]
-        along_w = attempt(
-            "finite differences of the eager vjp (reference)",
-            fd.directional,
-            eager_first_order(view, args64),
-            p64,
-            [*w, *([None] * len(cots))],
-            step=entry.tolerances.fd_step,
-        )
-        jw = attempt(
-            "finite differences (reference, float64 forward)",
-            fd.directional,
-            view.fd_fn(args64, view.diff, view.outs),
-            x64,
-            w,
-            step=entry.tolerances.fd_step,
-        )
-        expected = [*along_w, *jw]
+        expected = fd_double_backward(view, primals, w, entry.tolerances.fd_step)
 
     results: list[tuple[str, Sequence[Any]]] = []
     # torch.func: vjp of vjp
@@ -416,9 +438,9 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
-            _follows(findings, "vjp_of_vjp", case)
+            follows_first_order(findings, "vjp_of_vjp", case)
         else:
-            hint = _second_order_hint(entry, results[0][1], expected or [])
+            hint = second_order_hint(entry, results[0][1], expected or [])
             if not custom:
                 findings.hint(nondiff_saved_hint(view))
         if reads is not None:
@@ -428,7 +450,7 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
 
 
 def run_jvp_of_vjp(ctx: CaseContext) -> str:
-    view, xs, cots, names = _second_order_setup(ctx)
+    view, xs, cots, names = second_order_setup(ctx)
     entry = ctx.entry
     findings = Findings.derived(ctx, view)
     primals = [*xs, *cots]
@@ -496,9 +518,9 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
-            _follows(findings, "jvp_of_vjp", case)
+            follows_first_order(findings, "jvp_of_vjp", case)
         else:
-            hint = _second_order_hint(entry, actual, expected)
+            hint = second_order_hint(entry, actual, expected)
             if not custom:
                 findings.hint(nondiff_saved_hint(view))
         if reads is not None:

@@ -9,8 +9,8 @@ primals and two groups of extra arguments. Here alike:
 * ``vmap_of_jvp_of_vjp``: ``torch.func.jvp`` of ``(x, c) -> J(x)^T c`` with tangents ``t``
   (on the primals and on the cotangents), vmapped over ``x``, ``c`` and ``t``.
 
-Plans (``GroupsPlan``): the Function's units at None, 0 or -1 and each group of extras as
-one more unit at None or 0, in a strength-2 covering array (exhaustive under the cap): every
+Plans (``GroupsPlan``, ``harness.plans.composite``): the Function's units at None, 0 or -1
+and each group of extras as one more unit at None or 0, in a strength-2 covering array (exhaustive under the cap): every
 pair of positions of two arguments, of an argument and a group, or of the two groups occurs
 in some plan. Interior batch dims and out_dims other than 0 are left to the vmap and
 two-level checks, which cover them. Ids read ``in_dims=(0,),cotangents=None,outer_cotangents=0``.
@@ -26,22 +26,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from harness.checks import noise
 from harness.checks.autodiff import (
-    _first,
-    _needs_backward,
-    _needs_double_backward,
-    _needs_jvp,
-    _with_fixed_rng,
+    first_reason,
+    needs_backward,
+    needs_double_backward,
+    needs_jvp,
+    with_fixed_rng,
 )
 from harness.checks.autodiff_refs import (
-    COMPOSITE_PLAN_CAP,
     DiffView,
     Findings,
     Watch,
@@ -55,24 +52,15 @@ from harness.checks.catalogue import (
     CaseContext,
     CheckSpec,
     ReferenceRaised,
-    Unsupported,
     needs_vmap,
     register,
 )
-from harness.checks.composites import WithExtras, _reference_raised
+from harness.checks.composites import reference_raised, refuse_unbatched_inplace_tangent
 from harness.checks.forward_outputs import note_left_out
 from harness.checks.references import grad_where_connected
-from harness.checks.second_order import first_order_vjp
-from harness.core.options import Options
+from harness.checks.second_order import eager_forward_over_reverse_both, first_order_vjp
 from harness.plans.batching import as_tuple, concrete_out_dims, loop_reference, vmapped
-from harness.plans.plan import (
-    ArgLayout,
-    LevelPlan,
-    Plan,
-    any_batched,
-    choose_rows,
-    unit_choices,
-)
+from harness.plans.composite import GroupsPlan, WithExtras, groups_plans
 from harness.plans.slices import build_batched_args
 
 LOOP_DOUBLE_BACKWARD = (
@@ -86,92 +74,6 @@ LOOP_DOUBLE_BACKWARD_JVP = (
     "loop of per-slice eager double backward's J_g t (torch.autograd.grad three times, "
     "gradient=custom)"
 )
-
-
-@dataclass(frozen=True)
-class GroupsPlan(Plan):
-    """A plan over the Function's arguments plus, per level, one batch dim for each group of
-    extra arguments (appended after the Function's arguments, group after group)."""
-
-    extra_names: tuple[str, ...] = ()
-    #: Per level: one batch dim (or None) per group.
-    extra_dims: tuple[tuple[int | None, ...], ...] = ()
-
-    def _make_id(self) -> str:
-        parts = self._levels_id().split("|")
-        return "|".join(
-            p
-            + "".join(
-                f",{nm}={'None' if d is None else d}" for nm, d in zip(self.extra_names, dims)
-            )
-            for p, dims in zip(parts, self.extra_dims)
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d["id"] = self.id
-        d["extras"] = [
-            {"name": nm, "in_dims": [dims[g] for dims in self.extra_dims]}
-            for g, nm in enumerate(self.extra_names)
-        ]
-        return d
-
-    def combined(self, sizes: Sequence[int]) -> Plan:
-        """The plan over (arguments..., group 0..., group 1...) the batching helpers read."""
-        return Plan(
-            tuple(
-                dataclasses.replace(
-                    lv,
-                    in_dims=(*lv.in_dims, *(d for d, k in zip(dims, sizes) for _ in range(k))),
-                )
-                for lv, dims in zip(self.levels, self.extra_dims)
-            ),
-            self.strategy,
-        )
-
-
-#: Positions of a group of extras in the three-level plans (PyTorch's tests batch an
-#: argument at 0 or not at all; -1 for the extras is vmap_of_vjp's and vmap_of_jvp's).
-GROUP_CHOICES: tuple[int | None, ...] = (None, 0)
-
-
-def _ends(choices: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
-    """A unit's positions without the interior one (None, 0, -1): the interior positions are
-    the vmap and two-level checks' (each torch.func level sees the same batched tensor)."""
-    return [c for c in choices if all(d in (None, 0, -1) for d in c.values())]
-
-
-def groups_plans(names: tuple[str, ...]) -> Callable[[ArgLayout, Options], list[Plan | None]]:
-    """The Function's units (None, 0, -1) and one unit per group of extras (None, 0) in a
-    strength-2 covering array (exhaustive under the cap); out_dims 0 (the other out_dims
-    are the vmap and two-level checks')."""
-
-    def plans(layout: ArgLayout, options: Options) -> list[Plan | None]:
-        units = layout.units()
-        if not units:
-            return []
-        b = options.batch_sizes[0]
-        cap = min(options.plan_cap, COMPOSITE_PLAN_CAP)
-        per_unit = [_ends(unit_choices(layout, u)) for u in units]
-        sizes = [*(len(c) for c in per_unit), *(len(GROUP_CHOICES) for _ in names)]
-        rows, strategy = choose_rows(sizes, cap, options.seed, any_batched)
-        candidates: list[Plan] = []
-        for row in rows:
-            assignment: dict[Any, Any] = {}
-            for choices, r in zip(per_unit, row):
-                assignment.update(choices[r])
-            extras = tuple(GROUP_CHOICES[r] for r in row[len(per_unit) :])
-            level = LevelPlan(b, layout.in_dims(assignment))
-            candidates.append(GroupsPlan((level,), strategy, names, (extras,)))
-        out: list[Plan | None] = []
-        seen: set[str] = set()
-        for p in candidates:
-            if p.id not in seen:
-                seen.add(p.id)
-                out.append(p)
-        return out
-
-    return plans
 
 
 def _extras(
@@ -219,7 +121,7 @@ def run_groups(
             expected, returned_tuple = loop_reference(reference_fn, full, source)  # type: ignore[arg-type]
         except Exception as exc:
             raise ReferenceRaised(
-                _reference_raised(ctx, label, full, source, actual_fn, ref_name, meaning, exc)
+                reference_raised(ctx, label, full, source, actual_fn, ref_name, meaning, exc)
             ) from exc
         if actual is None:
             out_dims = concrete_out_dims(full, expected, returned_tuple)
@@ -303,32 +205,6 @@ def eager_first_and_double_backward(
     return (*(g.detach() for g in first), *(g.detach() for g in second))
 
 
-def eager_forward_over_reverse_both(
-    view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
-) -> tuple[torch.Tensor, ...]:
-    """``J(x)^T c`` and its tangent along ``t`` by eager forward-mode AD (dual tensors)
-    through ``torch.autograd.grad``: the Function's own jvp gives what it saved a tangent."""
-    n = len(view.diff)
-    with fwAD.dual_level(), torch.enable_grad():
-        leaves = [p.detach().clone().requires_grad_(True) for p in primals[:n]]
-        duals = [fwAD.make_dual(x, t.detach().clone()) for x, t in zip(leaves, tangents[:n])]
-        cots = [
-            fwAD.make_dual(c.detach().clone(), t.detach().clone())
-            for c, t in zip(primals[n:], tangents[n:])
-        ]
-        outs = restricted(view.entry, view.args, view.diff, view.outs)(*duals)
-        grads = grad_where_connected(outs, leaves, cots)
-        if grads is None:
-            zeros = tuple(torch.zeros_like(x).detach() for x in leaves)
-            return (*zeros, *zeros)
-        primal_out, tangent_out = [], []
-        for g in grads:
-            p, t = fwAD.unpack_dual(g)
-            primal_out.append(p.detach().clone())
-            tangent_out.append(torch.zeros_like(p).detach() if t is None else t.detach().clone())
-    return (*primal_out, *tangent_out)
-
-
 def eager_double_backward_jvp_both(
     view: DiffView, primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
 ) -> tuple[torch.Tensor, ...]:
@@ -399,17 +275,9 @@ def run_vmap_of_jvp_of_vjp(ctx: CaseContext) -> str:
     n = len(view.args)
     plan = ctx.plan
     assert isinstance(plan, GroupsPlan)
-    for lv, (_, tangent_dim) in zip(plan.levels, plan.extra_dims):
-        batched_inplace = [
-            i for i in entry.caps.inplace_args if i < n and lv.in_dims[i] is not None
-        ]
-        if batched_inplace and tangent_dim is None:
-            raise Unsupported(
-                f"argument {batched_inplace[0]} is modified in place (mark_dirty), so jvp must "
-                "update its tangent in place; with the argument batched and the tangent not, "
-                "vmap cannot write batched values into the unbatched tangent (torch's own "
-                "in-place ops such as exp_ raise the same way)"
-            )
+    refuse_unbatched_inplace_tangent(
+        entry, n, ((lv, dims[1]) for lv, dims in zip(plan.levels, plan.extra_dims))
+    )
     xs = view.primals()
     cots = [view.outputs[j] for j in view.outs]
 
@@ -452,9 +320,9 @@ def run_vmap_of_jvp_of_vjp(ctx: CaseContext) -> str:
 register(
     CheckSpec(
         "vmap_of_vjp_of_vjp",
-        _with_fixed_rng(run_vmap_of_vjp_of_vjp),
+        with_fixed_rng(run_vmap_of_vjp_of_vjp),
         groups_plans(("cotangents", "outer_cotangents")),
-        _first(needs_vmap, _needs_backward, _needs_double_backward),
+        first_reason(needs_vmap, needs_backward, needs_double_backward),
         "autodiff",
         LOOP_DOUBLE_BACKWARD,
         "vmap over (primals, cotangents, outer cotangents) of torch.func.vjp of torch.func.vjp "
@@ -465,9 +333,9 @@ register(
 register(
     CheckSpec(
         "vmap_of_jvp_of_vjp",
-        _with_fixed_rng(run_vmap_of_jvp_of_vjp),
+        with_fixed_rng(run_vmap_of_jvp_of_vjp),
         groups_plans(("cotangents", "tangents")),
-        _first(needs_vmap, _needs_backward, _needs_jvp, _needs_double_backward),
+        first_reason(needs_vmap, needs_backward, needs_jvp, needs_double_backward),
         "autodiff",
         LOOP_FORWARD_OVER_REVERSE,
         "vmap over (primals, cotangents, tangents) of torch.func.jvp of torch.func.vjp "

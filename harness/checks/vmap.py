@@ -199,12 +199,15 @@ def run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
     if lacks_batching_rule(ctx.entry):
         assert ctx.plan is not None
         with captured_fallback_warnings() as captured:
-            _run_vmap_plan(ctx, name)
+            vmap_against_loop(ctx, name)
         raise Unsupported(fallback_message(ctx.entry, name, ctx.plan, captured))
-    return _run_vmap_plan(ctx, name)
+    return vmap_against_loop(ctx, name)
 
 
-def _run_vmap_plan(ctx: CaseContext, name: str) -> str | None:
+def vmap_against_loop(ctx: CaseContext, name: str) -> str | None:
+    """The plan's vmap against the loop reference, with none of ``run_vmap_plan``'s
+    handling of random entries and of custom ops without a vmap rule (``vmap_fallback``
+    calls it for a random entry's shared draws)."""
     plan = ctx.plan
     assert plan is not None
     # The Function's outputs may be any pytree: vmap and the loop see the flat leaves, the

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -422,6 +422,22 @@ def nested_plans(
     return plans
 
 
+#: A plan type (``Plan`` or a subclass) that ``unique_plans`` keeps.
+PlanT = TypeVar("PlanT", bound="Plan")
+
+
+def unique_plans(plans: Sequence[PlanT]) -> list[PlanT]:
+    """``plans`` in order, each id once: two choices that land on the same in_dims (a unit
+    with one position, the extras' position repeating a row's) are one case, not two."""
+    out: list[PlanT] = []
+    seen: set[str] = set()
+    for plan in plans:
+        if plan.id not in seen:
+            seen.add(plan.id)
+            out.append(plan)
+    return out
+
+
 def chunked_plans(layout: ArgLayout, batch_size: int = 3, chunk_size: int = 2) -> list[Plan]:
     """vmap with chunk_size, so the rule sees batch sizes smaller than the whole batch."""
     units = layout.units()
@@ -431,13 +447,12 @@ def chunked_plans(layout: ArgLayout, batch_size: int = 3, chunk_size: int = 2) -
     if len(units) > 1:
         for u in units:
             assignments.append({a: (0 if a in u else None) for a in layout.addresses()})
-    plans, seen = [], set()
-    for a in assignments:
-        plan = Plan((LevelPlan(batch_size, layout.in_dims(a), 0, chunk_size),), "chunked")
-        if plan.id not in seen:
-            seen.add(plan.id)
-            plans.append(plan)
-    return plans
+    return unique_plans(
+        [
+            Plan((LevelPlan(batch_size, layout.in_dims(a), 0, chunk_size),), "chunked")
+            for a in assignments
+        ]
+    )
 
 
 # --- the hazard probe ---------------------------------------------------------------------
