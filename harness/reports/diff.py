@@ -145,8 +145,8 @@ class ReportDiff:
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "schema": "afdb-diff/1",
-            "old": _describe(self.old_meta),
-            "new": _describe(self.new_meta),
+            "old": describe_run(self.old_meta),
+            "new": describe_run(self.new_meta),
             "warnings": self.warnings,
             "counts": {
                 **self.counts(),
@@ -159,7 +159,9 @@ class ReportDiff:
         }
 
 
-def _describe(md: dict[str, Any]) -> str:
+def describe_run(md: dict[str, Any]) -> str:
+    """One line naming the run a report came from (torch, device, dtype, suite version): the
+    heading of each side of a diff and of each column of a matrix."""
     return (
         f"torch {md.get('torch_version', '?')} ({str(md.get('torch_git_version') or '')[:12] or 'no git hash'}), "
         f"{md.get('device', '?')}, {md.get('dtype', '?')}, suite {md.get('suite_version', '?')}"
@@ -352,8 +354,8 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
     lines = [
         f"# {title or 'autograd-function-db regression report'}",
         "",
-        f"- old: {_md(_describe(d.old_meta))}",
-        f"- new: {_md(_describe(d.new_meta))}",
+        f"- old: {_md(describe_run(d.old_meta))}",
+        f"- new: {_md(describe_run(d.new_meta))}",
         f"- {md_escape(d.scope_line())}",
         "",
         f"**{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}**: {d.summary_line()}",
@@ -418,7 +420,7 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
 
 def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
     """The terminal's diff; text from the reports shows its control characters as escapes."""
-    lines = [f"old: {_describe(d.old_meta)}", f"new: {_describe(d.new_meta)}", d.scope_line()]
+    lines = [f"old: {describe_run(d.old_meta)}", f"new: {describe_run(d.new_meta)}", d.scope_line()]
     lines += [f"warning: {w}" for w in d.warnings]
     from harness.reports.grouping import plural
 

@@ -41,7 +41,7 @@ from harness.core.results import (
 )
 from harness.core.schema import ReportError, check_report, schema_version
 from harness.core.textsafe import visible
-from harness.reports.diff import _describe, comparability_warnings
+from harness.reports.diff import comparability_warnings, describe_run
 from harness.reports.report import clip, code_span, md_escape
 
 #: A case that one run does not have.
@@ -69,7 +69,7 @@ class Run:
     path: str = ""
 
     def describe(self) -> str:
-        return _describe(self.metadata)
+        return describe_run(self.metadata)
 
 
 @dataclass(frozen=True)
