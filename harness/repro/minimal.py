@@ -33,7 +33,7 @@ from harness.core.repro_scope import COMPOSITES, MINIMAL_CHECKS, VMAP_FAMILY
 from harness.engine.cases import Case, EntryData
 from harness.plans.plan import MID, resolve_out_dim
 from harness.plans.slices import derive_seed, sample_seed
-from harness.repro.script import _literal
+from harness.repro.literal import literal
 from harness.repro.subcheck import SubCheck
 
 #: With ``gradient="custom"`` the suite accepts some results against either of two
@@ -77,8 +77,8 @@ class _Source:
                 self.call = f"{cls.__qualname__}.apply"
             else:
                 self.call = "ENTRY.call"
-            self.setup = [f"ENTRY = REGISTRY.get({_literal(entry.name)})"]
-            device = _literal(str(options.device))
+            self.setup = [f"ENTRY = REGISTRY.get({literal(entry.name)})"]
+            device = literal(str(options.device))
             self.draw = f"ENTRY.make_samples({{seed}}, {dtype}, {device})[{k}].args"
             self.what = f"sample {k} of {entry.name}"
             return
@@ -130,7 +130,7 @@ class _Source:
         decls = tuple(getattr(target, "declarations", ()))
         here_expr = "os.path.dirname(os.path.abspath(__file__))"
         self.setup = [
-            f"RECORDING = os.path.join({here_expr}, {_literal(rel(target.directory))})",
+            f"RECORDING = os.path.join({here_expr}, {literal(rel(target.directory))})",
         ]
         if rebuild is not None:
             spec, kwargs = rebuild
@@ -138,8 +138,8 @@ class _Source:
             # the class's own name (a class made per call is recorded as ``Name[what it holds]``)
             name = qual.partition("[")[0].rpartition(".")[2]
             self.setup += [
-                f"{name} = rebuild({_literal(spec)}, {_literal(kwargs)}, "
-                f"{_literal(qual)})  # made by its factory, as the program made it",
+                f"{name} = rebuild({literal(spec)}, {literal(kwargs)}, "
+                f"{literal(qual)})  # made by its factory, as the program made it",
             ]
             holder, cls_arg = name, name
         else:
@@ -149,7 +149,7 @@ class _Source:
             holder, cls_arg = qual, "None"
         self.imports.setdefault("harness.recorded.repro_call", []).append("recorded_entry")
         self.setup += [
-            f"ENTRY = recorded_entry(RECORDING, {_literal(entry.name)}, {_literal(decls)}, "
+            f"ENTRY = recorded_entry(RECORDING, {literal(entry.name)}, {literal(decls)}, "
             f"{cls_arg})  # the recorded calls, read as the check read them",
         ]
         self.call = f"{holder}.apply"
@@ -178,14 +178,12 @@ class _Source:
         return attr
 
     def header(self, doc: str) -> list[str]:
-        lines = [_literal(doc) if '"""' in doc or "\\" in doc else f'"""{doc}"""']
+        lines = [literal(doc) if '"""' in doc or "\\" in doc else f'"""{doc}"""']
         imports = [f"from {m} import {', '.join(names)}" for m, names in self.imports.items()]
         lines += ["import os", "import sys", "import traceback", "", *OWN_FAILURE, "import torch"]
         if self.paths:
             here = "os.path.dirname(os.path.abspath(__file__))"
-            lines += [
-                f"sys.path.insert(0, os.path.join({here}, {_literal(p)}))" for p in self.paths
-            ]
+            lines += [f"sys.path.insert(0, os.path.join({here}, {literal(p)}))" for p in self.paths]
         lines += [f"{line}  # noqa: E402" for line in imports]
         return [*lines, "", *self.setup]
 
@@ -400,8 +398,8 @@ def _slices(options: Options, entry: Entry, src: _Source, lv: Any, n: int) -> li
     seeds = [sample_seed(options.seed, entry.name, "slice", (b,) if b else ()) for b in
              range(lv.batch_size)]  # fmt: skip
     return [
-        f"slices = [{src.draw.format(seed='seed')} for seed in {_literal(seeds)}]  # the suite's",
-        f"in_dims = {_literal(tuple(lv.in_dims[:n]))}  # an unbatched argument: the first slice's",
+        f"slices = [{src.draw.format(seed='seed')} for seed in {literal(seeds)}]  # the suite's",
+        f"in_dims = {literal(tuple(lv.in_dims[:n]))}  # an unbatched argument: the first slice's",
         "per_slice = [[s[i] if d is not None else slices[0][i] for i, d in enumerate(in_dims)] "
         "for s in slices]",
         "batched = [torch.stack([a[i] for a in per_slice], d) if d is not None else "
