@@ -24,8 +24,11 @@ from autograd_function_db.entry import Entry
 from harness.core.options import Options
 from harness.engine.cases import Case
 from harness.repro.literal import literal
+from harness.repro.script_autodiff import AUTODIFF
+from harness.repro.script_data import DATA, FOOTER
 from harness.repro.script_eager import EAGER
-from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, OPCHECK, VMAP
+from harness.repro.script_opcheck import OPCHECK
+from harness.repro.script_vmap import VMAP
 
 #: A module path (``pkg.mod``) or an attribute path (``Class.attr``).
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
