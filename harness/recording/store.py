@@ -25,6 +25,8 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.locations import portable_path
+from harness.core.safe_io import parse_json, read_text
+from harness.core.schema import errors, one_line
 from harness.recording import live, selection, tensorfile
 from harness.recording.data_errors import BadNode
 from harness.recording.model import (
@@ -225,9 +227,6 @@ def document(
 
 
 def _read_index(out_dir: Path) -> dict[str, Any]:
-    from harness.core.safe_io import parse_json, read_text
-    from harness.core.schema import errors, one_line
-
     label = _label(out_dir, INDEX)
     if not out_dir.is_dir():
         raise RecordingError(

@@ -42,6 +42,7 @@ from harness.core.results import (
 )
 from harness.core.schema import ReportError, check_report, schema_version
 from harness.core.textsafe import visible
+from harness.reports.grouping import group_cases, plural
 from harness.reports.report import clip, code_span, md_escape
 
 BROKEN = frozenset({FAIL, ERROR, CRASH, TIMEOUT})
@@ -309,8 +310,6 @@ class ChangeGroup:
         return next((c.repro for c in self.changes if c.repro), "")
 
     def headline(self) -> str:
-        from harness.reports.grouping import plural
-
         return f"{plural(len(self.changes), 'case')} in {', '.join(self.checks)}"
 
     def ids(self, shown: int = 3) -> tuple[list[str], int]:
@@ -321,8 +320,6 @@ class ChangeGroup:
 def cause_groups(changes: list[Change]) -> list[ChangeGroup]:
     """``changes`` grouped by entry, status change and root cause, as a run's failures are
     (``group_cases``), in the order of each group's first change."""
-    from harness.reports.grouping import group_cases
-
     by_move: dict[tuple[str | None, str | None], list[Change]] = {}
     for c in changes:
         by_move.setdefault((c.old_status, c.new_status), []).append(c)
@@ -422,8 +419,6 @@ def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
     """The terminal's diff; text from the reports shows its control characters as escapes."""
     lines = [f"old: {describe_run(d.old_meta)}", f"new: {describe_run(d.new_meta)}", d.scope_line()]
     lines += [f"warning: {w}" for w in d.warnings]
-    from harness.reports.grouping import plural
-
     for name, label, _ in CATEGORIES:
         changes = d.category(name)
         if not changes or name in ("added", "removed"):
