@@ -8,12 +8,19 @@ to DIR: JSON validated by ``harness/schemas/recording.json`` and safetensors fil
 pickle. ``load_recording(DIR)`` reads one back, refusing a damaged or hostile one with one
 line (``UsageError``).
 
-Owns: the observer (``observer``), arguments as data (``values``), the safetensors
-reader/writer (``tensorfile``), the files on disk, their validation and the merge of a
-pytest-xdist run's parts (``store``), the Function classes of named packages
-(``packages``), the pytest session's recording (``pytest_session``).
+Owns: the observer (``observer``), arguments as data (``values``, the kinds beyond plain
+values in ``kinds``, their two refusals in ``data_errors``, types named by reference in
+``refs``, live snapshots of what cannot be data in ``live``), which calls to keep
+(``selection``), the safetensors reader/writer (``tensorfile``), the files on disk, their
+validation and the merge of a pytest-xdist run's parts (``store``), what a recording holds
+as read back (``model``) and its one-line summary (``summary``), the Function classes of
+named packages (``packages``), the pytest session's recording (``pytest_session``).
 
-May import: torch, the standard library, ``harness.core``. Nothing above it: recording
+Inside the wing the order runs one way: ``data_errors`` and ``refs`` <- ``kinds`` <-
+``values`` <- ``live`` <- ``store`` <- ``observer`` <- this package's ``recording()``.
+
+May import: torch, the standard library, ``harness.core`` (and pytest, in
+``pytest_session`` only). Nothing above it: recording
 runs no check (the commands and the plugin that check what was recorded sit above).
 """
 
@@ -29,6 +36,7 @@ from typing import Any
 from harness.recording import store
 from harness.recording.model import RecordedCall, RecordedFunction, Recording, SkippedCall
 from harness.recording.observer import Recorder
+from harness.recording.packages import check_sources
 from harness.recording.store import RecordingError, load_recording
 
 __all__ = [
@@ -57,8 +65,6 @@ def recording(
     """Observe the Functions called inside the block; write them to ``out_dir`` on leaving
     it, whatever way it is left. ``sources``: packages whose uncalled Functions are
     listed; ``ops``: custom op namespaces to record; limits in calls and bytes."""
-    from harness.recording.packages import check_sources
-
     recorder = Recorder(
         out_dir,
         sources=tuple(sources),

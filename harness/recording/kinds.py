@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
+from harness.recording.data_errors import BadNode, NotRecordable, argument_at
 from harness.recording.refs import RefError, ref_of, resolve
-from harness.recording.values import BadNode, NotRecordable
 
 #: A numpy array is kept inline in the JSON up to this many elements.
 MAX_ARRAY = 4096
@@ -59,10 +59,6 @@ _QDTYPES = {"quint8": torch.quint8, "qint8": torch.qint8, "qint32": torch.qint32
 TensorFn = Callable[[torch.Tensor, str, "list[torch.Tensor] | None"], Any]
 
 
-def _at(path: str) -> str:
-    return f"argument {path}"
-
-
 def _layout_name(layout: torch.layout) -> str:
     return str(layout).removeprefix("torch.")
 
@@ -79,7 +75,9 @@ def special_tensor(
         scheme = t.qscheme()
         dtype = str(t.dtype).removeprefix("torch.")
         if dtype not in _QDTYPES:
-            raise NotRecordable(f"{_at(path)} is a {t.dtype} quantized tensor: not recordable")
+            raise NotRecordable(
+                f"{argument_at(path)} is a {t.dtype} quantized tensor: not recordable"
+            )
         if scheme == torch.per_tensor_affine:
             q = {
                 "dtype": dtype,
@@ -100,7 +98,9 @@ def special_tensor(
                 "int_repr": tensor_node(d.int_repr(), f"{path}.int_repr", tensors),
             }
         else:
-            raise NotRecordable(f"{_at(path)} is a quantized tensor of {scheme}: not recordable")
+            raise NotRecordable(
+                f"{argument_at(path)} is a quantized tensor of {scheme}: not recordable"
+            )
         return {"quantized": q} if tensors is not None else None
     if t.layout == torch.sparse_coo:
         parts = [d._indices(), d._values()]
@@ -110,7 +110,7 @@ def special_tensor(
         parts = [getattr(d, first)(), getattr(d, second)(), d.values()]
         coalesced = False
     else:
-        raise NotRecordable(f"{_at(path)} is a {t.layout} tensor: not recordable")
+        raise NotRecordable(f"{argument_at(path)} is a {t.layout} tensor: not recordable")
     nodes = [tensor_node(p, f"{path}.part{i}", tensors) for i, p in enumerate(parts)]
     if tensors is None:
         return None
@@ -215,13 +215,13 @@ def _numpy_node(value: Any, path: str, np: Any) -> Any:
         "|",
         "<" if sys.byteorder == "little" else ">",
     ):
-        raise NotRecordable(f"{_at(path)} is numpy data of dtype {dtype}: not recordable")
+        raise NotRecordable(f"{argument_at(path)} is numpy data of dtype {dtype}: not recordable")
     kind = dtype.kind
     if isinstance(value, np.generic):
         return {"npscalar": {"dtype": name, "value": _num(value, kind)}}
     if value.size > MAX_ARRAY:
         raise NotRecordable(
-            f"{_at(path)} is a numpy array of {value.size} elements: over {MAX_ARRAY} "
+            f"{argument_at(path)} is a numpy array of {value.size} elements: over {MAX_ARRAY} "
             "(pass a tensor to record it)"
         )
     return {
@@ -258,7 +258,7 @@ def _ref(cls: type, path: str, what: str, allowed: frozenset[str]) -> str:
     try:
         return ref_of(cls, allowed)
     except RefError as e:
-        raise NotRecordable(f"{_at(path)} is {what} {e}: not recordable as data") from None
+        raise NotRecordable(f"{argument_at(path)} is {what} {e}: not recordable as data") from None
 
 
 def _fields_node(
@@ -275,7 +275,9 @@ def _named_node(
         ref = _ref(t, path, "an enum member of", allowed)
         name = value._name_
         if name is None or t.__members__.get(name) is not value:
-            raise NotRecordable(f"{_at(path)} is a combined flag of `{ref}`: not recordable")
+            raise NotRecordable(
+                f"{argument_at(path)} is a combined flag of `{ref}`: not recordable"
+            )
         return {"enum": {"type": ref, "member": name}}
     if isinstance(value, tuple) and isinstance(getattr(t, "_fields", None), tuple):
         fields = t._fields
@@ -292,14 +294,14 @@ def _named_node(
         params = getattr(t, "__dataclass_params__", None)
         if not getattr(params, "frozen", False):
             raise NotRecordable(
-                f"{_at(path)} is a mutable dataclass `{t.__module__}.{t.__qualname__}`: not "
+                f"{argument_at(path)} is a mutable dataclass `{t.__module__}.{t.__qualname__}`: not "
                 "recordable as data (frozen dataclasses are)"
             )
         names = [f.name for f in dataclasses.fields(value)]
         extra = sorted(set(getattr(value, "__dict__", {})) - set(names))
         if extra:
             raise NotRecordable(
-                f"{_at(path)} is a dataclass holding {extra[0]!r} beyond its fields: not "
+                f"{argument_at(path)} is a dataclass holding {extra[0]!r} beyond its fields: not "
                 "recordable as data"
             )
         ref = _ref(t, path, "a dataclass", allowed)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from harness.recording import values
+from harness.recording.data_errors import NotRecordable
 from harness.recording.refs import top_package
 
 
@@ -162,14 +163,14 @@ def _node(
         }
     mark = len(tensors)
     try:
-        return values._node(value, path, depth, tensors, allowed)
-    except values.NotRecordable as e:
+        return values.value_node(value, path, depth, tensors, allowed)
+    except NotRecordable as e:
         del tensors[mark:]
         why = str(e)[:1000]
     if isinstance(value, torch.Tensor) and value.device.type == "meta":
-        raise values.NotRecordable(f"argument {path} is a meta tensor (no data): not recordable")
+        raise NotRecordable(f"argument {path} is a meta tensor (no data): not recordable")
     if isinstance(value, types.GeneratorType | types.CoroutineType):
-        raise values.NotRecordable(f"argument {path} is a generator: not recordable")
+        raise NotRecordable(f"argument {path} is a generator: not recordable")
     wrapped = _wrapper_node(value, path, depth, tensors)
     if wrapped is not None:
         return wrapped
@@ -198,9 +199,11 @@ def _wrapper_node(value: Any, path: str, depth: int, tensors: list) -> Any:
         for name in names:
             t = getattr(value, name)
             if type(t) not in (torch.Tensor, torch.nn.Parameter):
-                raise values.NotRecordable("a nested subclass")
-            inner.append([name, values._node(t.detach(), f"{path}.{name}", depth + 1, tensors)])
-        meta_node = values._node(meta, f"{path}.meta", depth + 1, tensors)
+                raise NotRecordable("a nested subclass")
+            inner.append(
+                [name, values.value_node(t.detach(), f"{path}.{name}", depth + 1, tensors)]
+            )
+        meta_node = values.value_node(meta, f"{path}.meta", depth + 1, tensors)
     except Exception:
         del tensors[mark:]
         return None
@@ -271,7 +274,7 @@ def snapshot(
         live_args, live_kwargs = copy.deepcopy((tuple(args), dict(kwargs)), memo)
     except Exception as e:
         what = ", ".join(dict.fromkeys(f"`{type_name(v)}`" for v in held))
-        raise values.NotRecordable(
+        raise NotRecordable(
             f"an argument ({what}) cannot be copied for the check "
             f"({type(e).__name__}: {str(e)[:200]})"
         ) from None

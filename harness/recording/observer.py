@@ -32,13 +32,15 @@ from typing import Any
 import torch
 
 from harness.core.errors import UsageError
-from harness.core.locations import location
+from harness.core.locations import location, portable_argv
 from harness.recording import live as live_values
 from harness.recording import store
+from harness.recording.data_errors import NotRecordable
 from harness.recording.live import class_suffix
+from harness.recording.packages import functions_in
 from harness.recording.refs import packages_of, top_package
 from harness.recording.selection import Selector, combination
-from harness.recording.values import NotRecordable, fast_key, snapshot, stored
+from harness.recording.values import fast_key, snapshot, stored
 
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
@@ -449,7 +451,7 @@ class Recorder:
                 (i if i < position else i - 1): v for i, v in seen.live.items() if i != position
             }
             lives = seen.live
-        nodes = store._tensor_nodes([snap.args, snap.kwargs])
+        nodes = store.tensor_nodes([snap.args, snap.kwargs])
         copies = [stored(t, node) for t, node in zip(snap.tensors, nodes, strict=True)]
         self._stored += snap.nbytes
         call = {"where": where, "order": order, "args": snap.args, "kwargs": snap.kwargs}
@@ -483,8 +485,6 @@ class Recorder:
 
     def document(self) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
         """The recording so far, as the document and tensor files ``store.write`` writes."""
-        from harness.recording.packages import functions_in
-
         with self._lock:
             docs = []
             files = {}
@@ -556,8 +556,6 @@ def _mib(n: int) -> str:
 
 
 def _default_program() -> str:
-    from harness.core.locations import portable_argv
-
     argv = portable_argv(list(sys.argv))
     if argv and os.path.isabs(argv[0]):  # a script outside the working directory
         argv[0] = ".../" + "/".join(Path(argv[0]).parts[-2:])

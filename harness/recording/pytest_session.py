@@ -21,6 +21,7 @@ from harness.core.errors import UsageError
 from harness.recording import store
 from harness.recording.observer import Recorder
 from harness.recording.packages import check_sources
+from harness.recording.summary import summary_line
 
 PARTS = ".parts"
 #: The most recent session's recorder in this process (``afdb record -m pytest`` reads it).
@@ -143,8 +144,6 @@ class RecordingSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.worker is None:
-            from harness.recording.summary import summary_line
-
             terminalreporter.write_line(
                 "afdb: " + summary_line(self.recorder.result(), self.out_dir)
             )

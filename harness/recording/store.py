@@ -25,7 +25,10 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.locations import portable_path
-from harness.recording import live, selection, tensorfile, values
+from harness.core.safe_io import parse_json, read_text
+from harness.core.schema import errors, one_line
+from harness.recording import live, selection, tensorfile
+from harness.recording.data_errors import BadNode
 from harness.recording.model import (
     NotKept,
     RecordedCall,
@@ -62,7 +65,7 @@ def _label(out_dir: Path, *parts: str) -> str:
 # --- writing -------------------------------------------------------------------------------
 
 
-def _tensor_nodes(node: Any) -> list[dict[str, Any]]:
+def tensor_nodes(node: Any) -> list[dict[str, Any]]:
     """The tensor nodes of a node tree, in order."""
     out: list[dict[str, Any]] = []
     stack = [node]
@@ -81,7 +84,7 @@ def _tensor_nodes(node: Any) -> list[dict[str, Any]]:
 def call_key(call: dict[str, Any]) -> str:
     """What makes two calls the same call: their nodes without the tensors' names."""
     nodes = copy.deepcopy([call["args"], call["kwargs"]])
-    for t in _tensor_nodes(nodes):
+    for t in tensor_nodes(nodes):
         t.pop("name", None)
         t.pop("index", None)
     return json.dumps(nodes, separators=(",", ":"), sort_keys=True)
@@ -179,7 +182,7 @@ def function_doc(
     tensors: dict[str, torch.Tensor] = {}
     for i, (call, stored) in enumerate(calls):
         call = copy.deepcopy(call)
-        nodes = _tensor_nodes([call["args"], call["kwargs"]])
+        nodes = tensor_nodes([call["args"], call["kwargs"]])
         for j, (node, t) in enumerate(zip(nodes, stored, strict=True)):
             node.pop("index", None)
             node["name"] = f"c{i}.{j}"
@@ -224,9 +227,6 @@ def document(
 
 
 def _read_index(out_dir: Path) -> dict[str, Any]:
-    from harness.core.safe_io import parse_json, read_text
-    from harness.core.schema import errors, one_line
-
     label = _label(out_dir, INDEX)
     if not out_dir.is_dir():
         raise RecordingError(
@@ -292,7 +292,7 @@ def read_raw(out_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, t
                 f"{where}.target: {fn['target']!r} repeats functions[{seen[fn['target']]}]"
             )
         seen[fn["target"]] = i
-        names = [t["name"] for c in fn["calls"] for t in _tensor_nodes([c["args"], c["kwargs"]])]
+        names = [t["name"] for c in fn["calls"] for t in tensor_nodes([c["args"], c["kwargs"]])]
         if len(set(names)) != len(names):
             raise RecordingError(f"{where}: a tensor name is used twice")
         if fn["tensors"] is None:
@@ -328,7 +328,7 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
             try:
                 args = tuple(live.restore(a, tensors, allowed) for a in call["args"])
                 kwargs = {k: live.restore(v, tensors, allowed) for k, v in call["kwargs"].items()}
-            except values.BadNode as e:
+            except BadNode as e:
                 raise RecordingError(f"{at}: {e}") from None
             calls.append(RecordedCall(args, kwargs, call["where"]))
         functions.append(
@@ -383,7 +383,7 @@ def merge(parts: list[Path], out_dir: Path, program: str, limits: dict[str, int]
         skipped: dict[str, dict[str, Any]] = {}
         for fn, tensors in found:
             for call in fn["calls"]:
-                stored = [tensors[t["name"]] for t in _tensor_nodes([call["args"], call["kwargs"]])]
+                stored = [tensors[t["name"]] for t in tensor_nodes([call["args"], call["kwargs"]])]
                 candidates.append((call["order"], call, stored))
             for s in fn["skipped"]:
                 have = skipped.get(s["reason"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.core.locations import portable_path
+from harness.recording.live import Live, placeholders
 from harness.recording.model import Recording
 
 
@@ -29,8 +30,6 @@ def summary_line(rec: Recording, out_dir: str | Path, verb: str = "recorded") ->
 
 def describe(rec: Recording) -> list[str]:
     """One line per Function (and per Function never called) of a recording."""
-    from harness.recording.live import Live, placeholders
-
     lines = []
     for f in rec.functions:
         kind = "custom op" if f.kind == "custom_op" else ("legacy" if f.legacy else "Function")

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from harness.recording.data_errors import BadNode, NotRecordable, argument_at
+from harness.recording.kinds import other_node, restore_other, special_tensor
 from harness.recording.tensorfile import DTYPES, dtype_name
 
 #: Containers nest at most this deep, hold at most this many items; strings this long.
@@ -47,10 +49,6 @@ _ALL_DTYPES = {
 }
 
 
-class NotRecordable(Exception):
-    """An argument that cannot be kept as data; the message is the reason."""
-
-
 @dataclass
 class Snapshot:
     """The arguments of one call: JSON nodes (tensors by position in ``tensors``), the live
@@ -68,10 +66,6 @@ def _kind_name(value: Any) -> str:
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
-def _at(path: str) -> str:
-    return f"argument {path}"
-
-
 def _non_overlapping(shape: list[int], strides: list[int]) -> bool:
     """Whether no two elements of (shape, strides) share memory (size-1 dims ignored)."""
     dims = sorted((st, n) for n, st in zip(shape, strides) if n > 1)
@@ -86,18 +80,16 @@ def _non_overlapping(shape: list[int], strides: list[int]) -> bool:
 def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor] | None) -> Any:
     if type(t) not in (torch.Tensor, torch.nn.Parameter):
         raise NotRecordable(
-            f"{_at(path)} is a `{_kind_name(t)}` (a tensor subclass): not recordable"
+            f"{argument_at(path)} is a `{_kind_name(t)}` (a tensor subclass): not recordable"
         )
     if t.device.type == "meta":
-        raise NotRecordable(f"{_at(path)} is a meta tensor (no data): not recordable")
+        raise NotRecordable(f"{argument_at(path)} is a meta tensor (no data): not recordable")
     if t.layout != torch.strided or t.is_quantized:
-        from harness.recording.kinds import special_tensor
-
         return special_tensor(t, path, tensors, _tensor_node)
     name = dtype_name(t.dtype) if t.dtype not in COMPLEX else "complex"
     if name is None:
         raise NotRecordable(
-            f"{_at(path)} is a {t.dtype} tensor: not recordable (no such dtype in safetensors)"
+            f"{argument_at(path)} is a {t.dtype} tensor: not recordable (no such dtype in safetensors)"
         )
     if tensors is None:  # only checking
         return None
@@ -120,7 +112,7 @@ def _tensor_node(t: torch.Tensor, path: str, tensors: list[torch.Tensor] | None)
     return {"tensor": node}
 
 
-def _node(
+def value_node(
     value: Any,
     path: str,
     depth: int,
@@ -128,10 +120,11 @@ def _node(
     allowed: frozenset[str] = frozenset(),
 ) -> Any:
     """The node of ``value`` (tensors appended to ``tensors``); with ``tensors`` None only
-    the checks, nothing built. ``allowed``: the packages whose types may be named."""
+    the checks, nothing built. ``allowed``: the packages whose types may be named. Public:
+    ``live`` falls back to it for every value that is data."""
     if depth > MAX_DEPTH:
         raise NotRecordable(
-            f"{_at(path)} nests containers more than {MAX_DEPTH} deep: not recordable"
+            f"{argument_at(path)} nests containers more than {MAX_DEPTH} deep: not recordable"
         )
     if isinstance(value, torch.Tensor):
         return _tensor_node(value, path, tensors)
@@ -147,7 +140,7 @@ def _node(
     if t is str:
         if len(value) > MAX_STR:
             raise NotRecordable(
-                f"{_at(path)} is a string of {len(value)} characters: over {MAX_STR}"
+                f"{argument_at(path)} is a string of {len(value)} characters: over {MAX_STR}"
             )
         return {"str": value}
     if t is torch.dtype:
@@ -156,29 +149,30 @@ def _node(
         return {"device": str(value)}
     if t in (tuple, list):
         if len(value) > MAX_ITEMS:
-            raise NotRecordable(f"{_at(path)} holds {len(value)} items: over {MAX_ITEMS}")
-        items = [_node(v, f"{path}[{i}]", depth + 1, tensors, allowed) for i, v in enumerate(value)]
+            raise NotRecordable(f"{argument_at(path)} holds {len(value)} items: over {MAX_ITEMS}")
+        items = [
+            value_node(v, f"{path}[{i}]", depth + 1, tensors, allowed) for i, v in enumerate(value)
+        ]
         return {"list" if t is list else "tuple": items}
     if t is dict:
         if len(value) > MAX_ITEMS:
-            raise NotRecordable(f"{_at(path)} holds {len(value)} items: over {MAX_ITEMS}")
+            raise NotRecordable(f"{argument_at(path)} holds {len(value)} items: over {MAX_ITEMS}")
         out = []
         for k, v in value.items():
             if type(k) is not str:
                 raise NotRecordable(
-                    f"{_at(path)} is a dict with a `{_kind_name(k)}` key: not recordable (str keys only)"
+                    f"{argument_at(path)} is a dict with a `{_kind_name(k)}` key: not recordable (str keys only)"
                 )
-            out.append([k, _node(v, f"{path}[{k!r}]", depth + 1, tensors, allowed)])
+            out.append([k, value_node(v, f"{path}[{k!r}]", depth + 1, tensors, allowed)])
         return {"dict": out}
-    from harness.recording.kinds import other_node
 
     def inner(v: Any, where: str) -> Any:
-        return _node(v, where, depth + 1, tensors, allowed)
+        return value_node(v, where, depth + 1, tensors, allowed)
 
     found = other_node(value, path, tensors, allowed, inner)
     if found is not None:
         return found
-    raise NotRecordable(f"{_at(path)} is a `{_kind_name(value)}`: not recordable")
+    raise NotRecordable(f"{argument_at(path)} is a `{_kind_name(value)}`: not recordable")
 
 
 def check(
@@ -187,9 +181,9 @@ def check(
     """NotRecordable (the reason) when ``snapshot`` would raise it; builds nothing."""
     for i, a in enumerate(args):
         if type(a) not in _PLAIN:
-            _node(a, str(i), 0, None, allowed)
+            value_node(a, str(i), 0, None, allowed)
     for k, v in kwargs.items():
-        _node(v, k, 0, None, allowed)
+        value_node(v, k, 0, None, allowed)
 
 
 #: Types whose values are always recordable (checked without a call).
@@ -202,8 +196,8 @@ def snapshot(
     """The call's arguments as nodes; NotRecordable (the reason) for the first that is not.
     ``allowed``: the packages whose types (enums, namedtuples, dataclasses) may be named."""
     tensors: list[torch.Tensor] = []
-    nodes = [_node(a, str(i), 0, tensors, allowed) for i, a in enumerate(args)]
-    knodes = {k: _node(v, k, 0, tensors, allowed) for k, v in kwargs.items()}
+    nodes = [value_node(a, str(i), 0, tensors, allowed) for i, a in enumerate(args)]
+    knodes = {k: value_node(v, k, 0, tensors, allowed) for k, v in kwargs.items()}
     key = repr([nodes, knodes])  # same nodes, same text (json.dumps costs 3x more)
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
     return Snapshot(nodes, knodes, tensors, nbytes, key)
@@ -261,10 +255,6 @@ def stored(t: torch.Tensor, node: dict[str, Any]) -> torch.Tensor:
 
 
 # --- back from data ----------------------------------------------------------------------
-
-
-class BadNode(Exception):
-    """A node that is not what this module writes; the message names the problem."""
 
 
 def stored_shape(node: dict[str, Any]) -> list[int]:
@@ -353,6 +343,4 @@ def restore(
         return {k: restore(v, tensors, allowed) for k, v in value}
     if kind == "tensor":
         return restore_tensor(value, tensors[value["name"]])
-    from harness.recording.kinds import restore_other
-
     return restore_other(kind, value, lambda n: restore(n, tensors, allowed), allowed)

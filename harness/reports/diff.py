@@ -42,6 +42,7 @@ from harness.core.results import (
 )
 from harness.core.schema import ReportError, check_report, schema_version
 from harness.core.textsafe import visible
+from harness.reports.grouping import group_cases, plural
 from harness.reports.report import clip, code_span, md_escape
 
 BROKEN = frozenset({FAIL, ERROR, CRASH, TIMEOUT})
@@ -145,8 +146,8 @@ class ReportDiff:
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "schema": "afdb-diff/1",
-            "old": _describe(self.old_meta),
-            "new": _describe(self.new_meta),
+            "old": describe_run(self.old_meta),
+            "new": describe_run(self.new_meta),
             "warnings": self.warnings,
             "counts": {
                 **self.counts(),
@@ -159,7 +160,9 @@ class ReportDiff:
         }
 
 
-def _describe(md: dict[str, Any]) -> str:
+def describe_run(md: dict[str, Any]) -> str:
+    """One line naming the run a report came from (torch, device, dtype, suite version): the
+    heading of each side of a diff and of each column of a matrix."""
     return (
         f"torch {md.get('torch_version', '?')} ({str(md.get('torch_git_version') or '')[:12] or 'no git hash'}), "
         f"{md.get('device', '?')}, {md.get('dtype', '?')}, suite {md.get('suite_version', '?')}"
@@ -307,8 +310,6 @@ class ChangeGroup:
         return next((c.repro for c in self.changes if c.repro), "")
 
     def headline(self) -> str:
-        from harness.reports.grouping import plural
-
         return f"{plural(len(self.changes), 'case')} in {', '.join(self.checks)}"
 
     def ids(self, shown: int = 3) -> tuple[list[str], int]:
@@ -319,8 +320,6 @@ class ChangeGroup:
 def cause_groups(changes: list[Change]) -> list[ChangeGroup]:
     """``changes`` grouped by entry, status change and root cause, as a run's failures are
     (``group_cases``), in the order of each group's first change."""
-    from harness.reports.grouping import group_cases
-
     by_move: dict[tuple[str | None, str | None], list[Change]] = {}
     for c in changes:
         by_move.setdefault((c.old_status, c.new_status), []).append(c)
@@ -352,8 +351,8 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
     lines = [
         f"# {title or 'autograd-function-db regression report'}",
         "",
-        f"- old: {_md(_describe(d.old_meta))}",
-        f"- new: {_md(_describe(d.new_meta))}",
+        f"- old: {_md(describe_run(d.old_meta))}",
+        f"- new: {_md(describe_run(d.new_meta))}",
         f"- {md_escape(d.scope_line())}",
         "",
         f"**{'REGRESSED' if d.has_regressions else 'NO REGRESSION'}**: {d.summary_line()}",
@@ -418,10 +417,8 @@ def to_markdown(d: ReportDiff, *, max_cases: int = 100, title: str | None = None
 
 def to_text(d: ReportDiff, *, max_cases: int = 30) -> str:
     """The terminal's diff; text from the reports shows its control characters as escapes."""
-    lines = [f"old: {_describe(d.old_meta)}", f"new: {_describe(d.new_meta)}", d.scope_line()]
+    lines = [f"old: {describe_run(d.old_meta)}", f"new: {describe_run(d.new_meta)}", d.scope_line()]
     lines += [f"warning: {w}" for w in d.warnings]
-    from harness.reports.grouping import plural
-
     for name, label, _ in CATEGORIES:
         changes = d.category(name)
         if not changes or name in ("added", "removed"):

@@ -26,6 +26,7 @@ from harness.core.results import (
     RunResult,
     internal_first,
 )
+from harness.core.textsafe import visible
 from harness.reports.report import write_atomic
 
 FAILURE = frozenset({FAIL, XPASS})
@@ -36,8 +37,6 @@ _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]
 
 
 def xml_text(text: object) -> str:
-    from harness.core.textsafe import visible
-
     text = visible(str(text))  # ANSI escapes, BEL, C1 controls, lone surrogates as \xNN
     return _INVALID_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 

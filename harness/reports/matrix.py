@@ -41,7 +41,9 @@ from harness.core.results import (
 )
 from harness.core.schema import ReportError, check_report, schema_version
 from harness.core.textsafe import visible
-from harness.reports.diff import _describe, comparability_warnings
+from harness.reports.diff import comparability_warnings, describe_run
+from harness.reports.grouping import group_cases, plural
+from harness.reports.html import CSP, colour_of
 from harness.reports.report import clip, code_span, md_escape
 
 #: A case that one run does not have.
@@ -69,7 +71,7 @@ class Run:
     path: str = ""
 
     def describe(self) -> str:
-        return _describe(self.metadata)
+        return describe_run(self.metadata)
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,6 @@ class MatrixGroup:
         return self.rows[0]
 
     def headline(self) -> str:
-        from harness.reports.grouping import plural
-
         return f"{plural(len(self.rows), 'case')} in {', '.join(self.checks)}"
 
     def column_messages(self) -> list[str]:
@@ -155,8 +155,6 @@ class Matrix:
         )
 
     def summary_line(self) -> str:
-        from harness.reports.grouping import plural
-
         if not self.groups:
             return f"no status differs ({plural(self.same, 'case')} with one status in every run)"
         return (
@@ -227,8 +225,6 @@ def _worst_column(statuses: tuple[str, ...]) -> int:
 
 
 def build_matrix(results: Sequence[RunResult], paths: Sequence[str] = ()) -> Matrix:
-    from harness.reports.grouping import group_cases
-
     if len(results) < 2:
         raise ReportError("a matrix needs at least two reports")
     labels = _labels(results)
@@ -393,7 +389,6 @@ def _template() -> Any:
 
 def to_html(m: Matrix, *, title: str | None = None, max_ids: int = 20) -> str:
     """One autoescaped page: the runs, the table, and each group's messages and case ids."""
-    from harness.reports.html import CSP, colour_of
 
     def cls(status: str) -> str:
         return "absent" if status == ABSENT else colour_of(status)

@@ -19,8 +19,11 @@ from harness.core.results import (
     CaseResult,
     RunResult,
 )
+from harness.core.safe_io import output_target
 from harness.core.signals import deferred_signals
+from harness.core.state_notes import verdict_note
 from harness.core.textsafe import visible
+from harness.reports.grouping import failure_groups, headline, plural, root_cause
 
 
 def _file_mode(path: Path) -> int:
@@ -40,8 +43,6 @@ def write_atomic(path: str | Path, text: str) -> None:
     path that is a device, a FIFO or a directory is refused (UsageError), never replaced.
     Characters UTF-8 cannot carry (a lone surrogate) are written as backslash escapes.
     """
-    from harness.core.safe_io import output_target
-
     p = output_target(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = ""
@@ -300,8 +301,6 @@ def hazard_markdown(result: RunResult) -> list[str]:
 
 def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -> list[str]:
     """One item per root cause: status, count, checks, the message once, ids, one repro."""
-    from harness.reports.grouping import failure_groups, headline, plural
-
     groups = failure_groups(result.cases)
     if not groups:
         return []
@@ -361,8 +360,6 @@ def expected_failures_markdown(result: RunResult) -> list[str]:
             by_reason.setdefault(reason, []).append(c.id)
     if not by_reason:
         return []
-    from harness.reports.grouping import plural
-
     total = sum(map(len, by_reason.values()))
     title = f"## Expected failures ({plural(total, 'case')}, {plural(len(by_reason), 'reason')})"
     lines = ["", title, ""]
@@ -374,8 +371,6 @@ def expected_failures_markdown(result: RunResult) -> list[str]:
 
 def unsupported_markdown(result: RunResult) -> list[str]:
     """Each distinct reason once (whole, never cut), with the entry x check it applies to."""
-    from harness.reports.grouping import plural, root_cause
-
     by_reason: dict[str, list[str]] = {}
     shown: dict[str, str] = {}  # reasons equal up to the plan read as one (the first's words)
     pairs: set[tuple[str, str]] = set()
@@ -402,8 +397,6 @@ def unsupported_markdown(result: RunResult) -> list[str]:
 def state_notes_markdown(result: RunResult) -> list[str]:
     """Per Function, the global state it left changed that the suite put back (a note on
     its cases, not a verdict: ``harness.core.state_notes``)."""
-    from harness.core.state_notes import verdict_note
-
     by_entry: dict[str, list[CaseResult]] = {}
     for c in result.cases:
         by_entry.setdefault(c.entry, []).append(c)

@@ -9,16 +9,18 @@ from harness.core.options import Options
 from harness.engine.cases import Case
 from harness.plans.plan import MID, normalize_dim
 from harness.plans.slices import derive_seed
-from harness.repro.minimal import EAGER_JVP, NotMinimal, _Diff, _Facts, _slices, _Source
+from harness.repro.minimal_autodiff import EAGER_JVP
+from harness.repro.minimal_facts import CaseFacts, DiffNames, NotMinimal
+from harness.repro.minimal_source import ScriptSource, slice_lines
 
 
 def composite_body(
     entry: Entry,
     options: Options,
     case: Case,
-    facts: _Facts,
-    src: _Source,
-    diff: _Diff,
+    facts: CaseFacts,
+    src: ScriptSource,
+    diff: DiffNames,
 ) -> tuple[list[str], str]:
     """vmap composed with the Function's autodiff, against a loop of per-slice eager
     autodiff (``torch.autograd.functional.vjp``, ``torch.autograd.forward_ad``)."""
@@ -26,7 +28,7 @@ def composite_body(
     lv = facts.level(case)
     n = len(facts.args)
     dims = facts.out_dims(lv)
-    lines = [*diff.defs(), *_slices(options, entry, src, lv, n)]
+    lines = [*diff.defs(), *slice_lines(options, entry, src, lv, n)]
     outs = [facts.outputs[j] for j in facts.outs]
     dtypes = f"[{', '.join(str(o.dtype) for o in outs)}]"
     if check == "grad_of_vmap":

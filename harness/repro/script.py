@@ -14,7 +14,6 @@ loop of per-slice transforms); the tangents and cotangents are the script's own.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 from typing import Any
@@ -24,33 +23,15 @@ import torch
 from autograd_function_db.entry import Entry
 from harness.core.options import Options
 from harness.engine.cases import Case
+from harness.repro.literal import literal
+from harness.repro.script_autodiff import AUTODIFF
+from harness.repro.script_data import DATA, FOOTER
 from harness.repro.script_eager import EAGER
-from harness.repro.script_parts import AUTODIFF, DATA, FOOTER, OPCHECK, VMAP
+from harness.repro.script_opcheck import OPCHECK
+from harness.repro.script_vmap import VMAP
 
 #: A module path (``pkg.mod``) or an attribute path (``Class.attr``).
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-def _literal(value: Any) -> str:
-    """``repr(value)`` for plain data only (None, bool, int, float, str, lists, tuples, dicts).
-
-    The script must not contain anything but literals built from the harness's own data.
-    """
-
-    def plain(v: Any) -> bool:
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return type(v) in (type(None), bool, int, float, str)
-        if type(v) in (list, tuple):
-            return all(plain(x) for x in v)
-        if type(v) is dict:
-            return all(plain(k) and plain(x) for k, x in v.items())
-        return False
-
-    if not plain(value):
-        raise ValueError(f"not plain data for a reproducer: {type(value).__name__}")
-    text = repr(value)
-    ast.literal_eval(text)  # nan/inf and the like would not be literals
-    return text
 
 
 def spec_problem(spec: Any, what: str) -> str:
@@ -79,17 +60,17 @@ def _user_loader(spec: Any, entry: Entry) -> str:
     seeded = bool(getattr(entry.samples, "user_seeded", True))
     diversity = getattr(entry.samples, "diversity", None)
     keep = {k: tuple(sorted(v)) for k, v in diversity.keep.items()} if diversity else {}
-    target = _portable(spec._resolved(spec.target))
-    samples = _portable(spec._resolved(spec.samples)) if spec.samples else None
+    target = _portable(spec.resolved(spec.target))
+    samples = _portable(spec.resolved(spec.samples)) if spec.samples else None
     return f'''
-TARGET_SPEC = {_literal(target)}
-SAMPLES_SPEC = {_literal(samples)}
+TARGET_SPEC = {literal(target)}
+SAMPLES_SPEC = {literal(samples)}
 #: Whether the samples callable takes a seed (called once per slice) or not
 #: (called once, floating data perturbed per slice), as the harness decided.
-SEEDED = {_literal(seeded)}
+SEEDED = {literal(seeded)}
 #: Per sample, the integer/bool arguments kept identical in every slice (the Function's
 #: forward refused them shuffled).
-KEEP = {_literal(keep)}
+KEEP = {literal(keep)}
 
 
 def load(spec):
@@ -206,8 +187,8 @@ def _portable(spec: str | None) -> str | None:
 def _recorded_loader(target: Any) -> str:
     """A recorded Function: its entry rebuilt from the recording, through the suite."""
     return f"""
-RECORDING = {_literal(str(target.directory))}
-DECLARATIONS = {_literal(tuple(target.declarations))}
+RECORDING = {literal(str(target.directory))}
+DECLARATIONS = {literal(tuple(target.declarations))}
 
 sys.path.insert(0, os.getcwd())  # the recorded Function's module, as `afdb check` found it
 from harness.sources.declare import parse_declarations
@@ -286,9 +267,9 @@ def generate(
         dtype_name = str(options.dtype).replace("torch.", "")
         if not isinstance(getattr(torch, dtype_name, None), torch.dtype):
             raise ValueError(f"not a torch dtype: {options.dtype!r}")
-        dtype_expr = f"getattr(torch, {_literal(dtype_name)})"
+        dtype_expr = f"getattr(torch, {literal(dtype_name)})"
     header = f"""#!/usr/bin/env python
-{_literal(doc)}
+{literal(doc)}
 
 import hashlib
 import importlib
@@ -300,25 +281,25 @@ import traceback
 import torch
 import torch.utils._pytree
 
-CASE_ID = {_literal(str(case.id))}
-CHECK = {_literal(str(case.check))}
-ENTRY_NAME = {_literal(str(entry.name))}
-SAMPLE_INDEX = {_literal(case.sample_index)}
-SEED = {_literal(options.seed)}
+CASE_ID = {literal(str(case.id))}
+CHECK = {literal(str(case.check))}
+ENTRY_NAME = {literal(str(entry.name))}
+SAMPLE_INDEX = {literal(case.sample_index)}
+SEED = {literal(options.seed)}
 DTYPE = {dtype_expr}
-DEVICE = {_literal(str(options.device))}
-RTOL, ATOL = {_literal(float(rtol))}, {_literal(float(atol))}
-INPLACE_ARGS = {_literal(tuple(int(i) for i in entry.caps.inplace_args))}
+DEVICE = {literal(str(options.device))}
+RTOL, ATOL = {literal(float(rtol))}, {literal(float(atol))}
+INPLACE_ARGS = {literal(tuple(int(i) for i in entry.caps.inplace_args))}
 #: Arguments never differentiated (nondiff_args): held fixed like integer arguments.
-NONDIFF_ARGS = {_literal(tuple(int(i) for i in entry.caps.nondiff_args))}
+NONDIFF_ARGS = {literal(tuple(int(i) for i in entry.caps.nondiff_args))}
 #: "derivative": references are finite differences; "custom": eager autograd of the
 #: same Function (its backward, its double backward), as the suite compares.
-GRADIENT = {_literal(str(entry.gradient))}
+GRADIENT = {literal(str(entry.gradient))}
 #: One dict per vmap level, outermost first: batch size, in_dims per argument,
 #: out_dims ("mid": an interior position per output) and chunk_size.
-LEVELS = {_literal(levels)}
+LEVELS = {literal(levels)}
 #: A dtype leg ("float32"): the float64 sample cast to it, against the float64 reference.
-LEG_DTYPE = {_literal(leg)}
+LEG_DTYPE = {literal(leg)}
 """
     if recorded:
         loader = _recorded_loader(target)

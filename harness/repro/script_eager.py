@@ -1,6 +1,6 @@
 """The part of a reproducer script for the eager checks (``eager_vjp``, ``eager_jvp``,
 ``eager_vjp_of_vjp``): eager autograd only, no torch.func, against float64 finite
-differences. Appended after ``script_parts.AUTODIFF``, whose helpers it uses."""
+differences. Appended after ``script_autodiff.AUTODIFF``, whose helpers it uses."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ class SubCheck:
                 )
 
     def restrict(self, facts: Any) -> None:
-        """Narrow ``facts`` (``minimal._Facts``) to the sub-check's input and output."""
+        """Narrow ``facts`` (``minimal_facts.CaseFacts``) to the sub-check's input and output."""
         if self.input is not None:
             if self.input not in facts.diff:
                 raise UsageError(

@@ -42,7 +42,9 @@ class TargetSpec:
     #: The directory relative file paths were given from (reports are read elsewhere).
     base_dir: str | None = None
 
-    def _resolved(self, spec: str) -> str:
+    def resolved(self, spec: str) -> str:
+        """``spec`` with a relative file path made relative to ``base_dir`` when the working
+        directory moved (a report read elsewhere); else as it is."""
         module, _, attr = spec.rpartition(":")
         relative = bool(self.base_dir) and is_path(module) and not os.path.isabs(module)
         if relative and not os.path.exists(module):
@@ -105,7 +107,7 @@ class TargetSpec:
     def load_function(self) -> Any:
         from harness.sources.entries import custom_op_of, function_class
 
-        obj = load_attr(self._resolved(self.target), "TARGET")
+        obj = load_attr(self.resolved(self.target), "TARGET")
         if custom_op_of(obj) is not None:
             return obj
         try:
@@ -121,7 +123,7 @@ class TargetSpec:
 
     def load_samples(self, function: Any) -> Any:
         if self.samples:
-            samples = load_attr(self._resolved(self.samples), "--samples")
+            samples = load_attr(self.resolved(self.samples), "--samples")
             if not callable(samples) and not isinstance(samples, (list, tuple)):
                 raise UsageError(
                     f"--samples {self.samples}: a {type(samples).__name__} is not callable; name "
