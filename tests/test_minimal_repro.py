@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import harness.cli.main as cli
-from harness.cli.check import script_name
+from harness.cli.repro import script_name
 
 #: The user's library: ``Sin`` is correct, each other class plants one bug.
 LIBRARY = """
