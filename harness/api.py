@@ -28,14 +28,8 @@ from harness.engine.isolation import DEFAULT_TIMEOUT_S
 from harness.engine.metadata import run_metadata
 from harness.engine.runner import run_entries
 from harness.expectations import as_expectations
-from harness.sources.batch_sizes import choose_batch_sizes
+from harness.sources.batch_sizes import fitted_options
 from harness.sources.entries import make_entry
-from harness.sources.user_samples import (
-    base_samples,
-    refuse_unfit_samples,
-    samples_note,
-    slice_notes,
-)
 
 #: ``prepare`` keywords that configure the run rather than describe the Function.
 RUN_OPTIONS = frozenset(
@@ -167,19 +161,12 @@ def prepare(
         if len(set(sizes)) != len(sizes) or len(sizes) < 2:
             raise UsageError("nested batch sizes need two or more different sizes, e.g. (2, 3)")
         options = options.replace(nested_batch_sizes=sizes)
-    refuse_unfit_samples(entry, options)  # samples that cannot call the Function: UsageError
-    options = choose_batch_sizes(
+    options = fitted_options(  # samples that cannot call the Function: UsageError
         entry,
         options,
         fixed_single=batch_sizes is not None,
         fixed_nested=nested_batch_sizes is not None,
     )
-    note = slice_notes(entry, base_samples(entry, options))
-    if note:
-        options = options.replace(slice_note=note)
-    capped = samples_note(entry)
-    if capped:
-        options = options.replace(samples_note=capped)
     return entry, options
 
 

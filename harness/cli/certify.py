@@ -190,7 +190,7 @@ def expectations_for(
 ) -> tuple[str | None, list[str]]:
     """The expectations file the run uses (merged from the committed ones) and its sources."""
     from harness import expectations as ex
-    from harness.sources.database import expectations_path
+    from harness.sources.database import DatabaseSource
 
     if args.no_expectations:
         return None, []
@@ -198,7 +198,7 @@ def expectations_for(
         return args.expectations, [args.expectations]
     paths: list[str] = list(getattr(args, "expectation_sources", None) or [])
     if not paths:  # the committed ones: the source's, and the backend's when there is one
-        committed = expectations_path(args.source)
+        committed = DatabaseSource(args.source).expectations()
         if committed is not None:
             paths.append(str(committed))
         own = BACKEND_EXPECTATIONS / f"{backend_slug(backend)}.json"
@@ -256,8 +256,7 @@ def certify(
     from harness.session.execute import execute
     from harness.session.progress import print_summary
     from harness.session.settings import options_from_args
-    from harness.sources.batch_sizes import options_for_source
-    from harness.sources.database import load_source
+    from harness.sources.database import DatabaseSource
     from harness.sources.select import case_prefixes, select_entries
 
     if backend.kind == "compile":  # compiled autograd is what it certifies: torch's own path
@@ -270,10 +269,11 @@ def certify(
     args.checks = None
     args.device = backend.device
     options = options_from_args(args).replace(checks=tuple(checks))
-    everything = load_source(args.source)
+    source = DatabaseSource(args.source)
+    everything = source.entries()
     entries = select_entries(everything, args.names)
     args.case_prefixes = case_prefixes(entries, args.names)
-    options = options_for_source(args.source, entries, options)
+    options = source.options(entries, options)
     from harness.certify.checks import adapt
 
     adapted: list[BackendEntry] = adapt(backend, entries)

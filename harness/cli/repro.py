@@ -191,7 +191,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         else:
             entry, options = prepared(spec, options)
     else:
-        from harness.sources.database import load_source
+        from harness.sources.database import DatabaseSource
 
         if md:
             options = options.replace(
@@ -199,7 +199,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 nested_batch_sizes=tuple(md.get("nested_batch_sizes", options.nested_batch_sizes)),
             )
         name = args.case_id.split("/", 1)[0]
-        entries = {e.name: e for e in load_source(md.get("source") or "afdb")}
+        entries = {e.name: e for e in DatabaseSource(md.get("source") or "afdb").entries()}
         if name not in entries:
             raise CliError(
                 f"{args.case_id}: no database entry {name!r}; for your own Function pass "

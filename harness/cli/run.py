@@ -15,14 +15,14 @@ from harness.session.settings import options_from_args
 
 def cmd_list(args: argparse.Namespace) -> int:
     from harness.checks.catalogue import CHECKS, check_names
-    from harness.sources.database import load_source
+    from harness.sources.database import DatabaseSource
 
     if args.checks:
         for name in check_names():  # catalogue order (afdb certify's backend checks left out)
             spec = CHECKS[name]
             print(f"{name:<14} [{spec.family}] {spec.description} (reference: {spec.reference})")
         return 0
-    entries = load_source(args.source)
+    entries = DatabaseSource(args.source).entries()
     if args.axes:
         from autograd_function_db import axes  # type: ignore[attr-defined]
 
@@ -44,15 +44,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.sources.batch_sizes import options_for_source
-    from harness.sources.database import expectations_path, load_source
+    from harness.sources.database import DatabaseSource
     from harness.sources.select import case_prefixes, select_entries
 
     rerun = apply_last_failed(args, user=False)
     options = options_from_args(args)
     check_output_paths(args)
     controller_threads(args)
-    everything = load_source(args.source)
+    source = DatabaseSource(args.source)
+    everything = source.entries()
     names = list(args.names)
     if rerun is not None:
         if not rerun:
@@ -61,11 +61,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         names = names or rerun
     entries = select_entries(everything, names)
     args.case_prefixes = case_prefixes(entries, names)
-    options = options_for_source(args.source, entries, options)
+    options = source.options(entries, options)
     if args.no_expectations:
         args.expectations = None
     elif not args.expectations:
-        committed = expectations_path(args.source)
+        committed = source.expectations()
         if committed is not None:
             args.expectations = str(committed)
             if not args.quiet:

@@ -65,10 +65,10 @@ def database_tests(
     def factory() -> Suite:
         from harness.core.options import Options
         from harness.expectations import as_expectations
-        from harness.sources.database import load_source
+        from harness.sources.database import DatabaseSource
         from harness.sources.select import select_entries
 
-        entries = select_entries(load_source(source), list(names))
+        entries = select_entries(DatabaseSource(source).entries(), list(names))
         opts = Options(**options)
         return Suite(entries, opts, expectations=as_expectations(expectations))
 

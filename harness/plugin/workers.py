@@ -22,22 +22,10 @@ from harness.plugin.items import Suite
 def suite_from_config(config: dict[str, Any]) -> Suite:
     from harness.core.options import Options
     from harness.expectations import as_expectations
-    from harness.sources.target import TargetSpec
+    from harness.sources.workers import entries_for_worker
 
     options = Options.from_dict(config["options"])
-    target: Any = None
-    if config.get("target"):
-        entries = [TargetSpec.from_dict(config["target"]).make_entry()]
-        target = TargetSpec.from_dict(config.get("repro_target") or config["target"])
-    elif config.get("recorded"):  # a recorded check whose parent could not fork
-        from harness.sources.recording import rebuild
-
-        entries, target = rebuild(config["recorded"], config["entries"])
-    else:
-        from harness.sources.database import load_source
-        from harness.sources.select import select_entries
-
-        entries = select_entries(load_source(config.get("source", "afdb")), config["entries"])
+    entries, target = entries_for_worker(config)
     if config.get("backend"):  # afdb certify: the entries as they run on the backend
         from harness.certify.backends import Backend
         from harness.certify.checks import adapt

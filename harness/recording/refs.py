@@ -73,21 +73,27 @@ def ref_of(cls: type, allowed: frozenset[str]) -> str:
     return f"{module}:{qual}"
 
 
-def resolve(ref: str, allowed: frozenset[str]) -> Any:
-    """The object ``ref`` names, importing its module only inside ``allowed`` (RefError)."""
+def resolve(ref: str, allowed: frozenset[str], what: str = "type") -> Any:
+    """The object ``ref`` names, importing its module only inside ``allowed`` (RefError).
+
+    The one way a recording's names become objects: the types of its data (``kinds``) and,
+    when a check makes its live values again, its references and tensor subclasses
+    (``harness.sources.references``, ``what`` naming them in the message). Attributes are
+    looked up in namespaces (``vars``), so no property or descriptor of the module runs."""
     module, sep, qual = ref.partition(":")
     if (
         not sep
         or not all(p.isidentifier() for p in module.split("."))
         or not all(p.isidentifier() for p in qual.split("."))
     ):
-        raise RefError(f"type {ref!r} is not module:QualName")
+        raise RefError(f"{what} {ref!r} is not module:QualName")
     top = top_package(module)
     if top not in allowed or top == "__main__":
         shown = ", ".join(sorted(allowed))
+        named = "types" if what == "type" else "objects"
         raise RefError(
-            f"type {ref!r}: module {module!r} is outside the recorded packages ({shown}); a "
-            "recording names types only from the packages whose Functions it holds"
+            f"{what} {ref!r}: module {module!r} is outside the recorded packages ({shown}); a "
+            f"recording names {named} only from the packages whose Functions it holds"
         )
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as the recorded Functions are imported (targets.py)
@@ -95,9 +101,9 @@ def resolve(ref: str, allowed: frozenset[str]) -> Any:
         mod = importlib.import_module(module)
     except Exception as e:
         raise RefError(
-            f"type {ref!r}: module {module!r} cannot be imported ({type(e).__name__})"
+            f"{what} {ref!r}: module {module!r} cannot be imported ({type(e).__name__})"
         ) from None
     obj = _lookup(mod, qual)
     if obj is None:
-        raise RefError(f"type {ref!r}: {module} has no {qual}")
+        raise RefError(f"{what} {ref!r}: {module} has no {qual}")
     return obj

@@ -135,3 +135,22 @@ def choose_batch_sizes(
         "broadcasting)"
     )
     return options.replace(batch_size_note=note, **changes)
+
+
+def fitted_options(
+    entry: Entry, options: Options, *, fixed_single: bool, fixed_nested: bool
+) -> Options:
+    """The options a user's Function runs with (``afdb check``, ``harness.check``): its
+    samples proven able to call it once with no transform (else one ``UsageError``), batch
+    sizes chosen around them unless fixed, and the notes on its slices and capped samples."""
+    from harness.sources.user_samples import refuse_unfit_samples, samples_note, slice_notes
+
+    refuse_unfit_samples(entry, options)
+    options = choose_batch_sizes(
+        entry, options, fixed_single=fixed_single, fixed_nested=fixed_nested
+    )
+    note = slice_notes(entry, base_samples(entry, options))
+    if note:
+        options = options.replace(slice_note=note)
+    capped = samples_note(entry)
+    return options.replace(samples_note=capped) if capped else options

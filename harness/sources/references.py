@@ -3,8 +3,10 @@
 A recording names objects (``{"ref": ...}``: a module-level function or instance; a
 traceable wrapper tensor subclass's class) that only a check imports: reading a recording
 imports nothing. ``resolve`` imports a reference only from the packages whose Functions the
-recording holds (a subclass's class also from torch), and refuses, in one line, a name
-outside them or one that is not the recorded kind of object: a hostile or stale recording.
+recording holds (a subclass's class also from torch), through the one resolver of recorded
+names (``harness.recording.refs.resolve``, which also makes the recorded types again), and
+refuses, in one line, a name outside them or one that is not the recorded kind of object: a
+hostile or stale recording.
 """
 
 from __future__ import annotations
@@ -14,22 +16,18 @@ from typing import Any
 import torch
 
 from harness.core.errors import UsageError
+from harness.recording import refs
 from harness.recording.live import Ref, Wrapped, type_name
-from harness.recording.refs import top_package
+from harness.recording.refs import RefError, top_package
 
 
-def _load(target: str, where: str, what: str) -> Any:
-    from harness.sources.imports import load_attr
-
+def _load(target: str, allowed: frozenset[str], where: str, what: str) -> Any:
+    """``target`` imported by the recording's own resolver (``harness.recording.refs``),
+    its refusal one line naming the call."""
     try:
-        return load_attr(target, f"{where}: {what}")
-    except UsageError as e:
-        raise UsageError(f"{e}; record again") from None
-    except Exception as e:
-        raise UsageError(
-            f"{where}: {what} {target!r} does not load here ({type(e).__name__}: "
-            f"{str(e)[:200]}); record again"
-        ) from None
+        return refs.resolve(target, allowed, what)
+    except RefError as e:
+        raise UsageError(f"{where}: {e}; record again") from None
 
 
 def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
@@ -44,7 +42,7 @@ def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
                 f"{where}: refers to {value.target!r}, outside the packages whose Functions "
                 f"the recording holds ({', '.join(sorted(packages))}); refused"
             )
-        obj = _load(value.target, where, "the reference")
+        obj = _load(value.target, packages, where, "the reference")
         if type_name(obj) != value.type:
             raise UsageError(
                 f"{where}: {value.target!r} is a `{type_name(obj)}` here, the recording says "
@@ -58,7 +56,7 @@ def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
                 f"{where}: names the tensor subclass {value.cls!r}, outside torch and the "
                 f"packages whose Functions the recording holds; refused"
             )
-        return _rebuild(value, where)
+        return _rebuild(value, packages | {"torch"}, where)
     if type(value) in (tuple, list):
         items = [resolve(v, packages, where) for v in value]
         return tuple(items) if type(value) is tuple else items
@@ -67,10 +65,10 @@ def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
     return value
 
 
-def _rebuild(value: Wrapped, where: str) -> torch.Tensor:
+def _rebuild(value: Wrapped, allowed: frozenset[str], where: str) -> torch.Tensor:
     """The wrapper subclass again: its class imported (a ``torch`` module, or one of the
     recording's packages, checked by ``resolve`` before) and ``__tensor_unflatten__``."""
-    cls = _load(value.cls, where, "the tensor subclass")
+    cls = _load(value.cls, allowed, where, "the tensor subclass")
     try:
         ok = isinstance(cls, type) and issubclass(cls, torch.Tensor)
         if not ok or not hasattr(cls, "__tensor_unflatten__"):

@@ -173,25 +173,14 @@ class TargetSource:
         return None
 
     def options(self, entries: Sequence[Any], options: Any) -> Any:
-        from harness.sources.batch_sizes import choose_batch_sizes
-        from harness.sources.user_samples import (
-            base_samples,
-            refuse_unfit_samples,
-            samples_note,
-            slice_notes,
-        )
+        from harness.sources.batch_sizes import fitted_options
+        from harness.sources.user_samples import base_samples
 
         (entry,) = entries
         base_samples(entry, options)  # a samples callable that raises or returns nothing: exit 2
-        refuse_unfit_samples(entry, options)  # samples that cannot call the Function: exit 2
-        options = choose_batch_sizes(
+        return fitted_options(
             entry,
             options,
             fixed_single=bool(self.spec.batch_size),
             fixed_nested=bool(self.spec.nested_batch_sizes),
         )
-        note = slice_notes(entry, base_samples(entry, options))
-        if note:
-            options = options.replace(slice_note=note)
-        capped = samples_note(entry)
-        return options.replace(samples_note=capped) if capped else options
