@@ -165,7 +165,7 @@ def test_a_tensor_file_that_is_a_link_out_of_the_folder_is_refused(rec_dir, tmp_
     outside.write_bytes(path.read_bytes())  # a valid file: only where it is is wrong
     path.unlink()
     os.symlink(outside, path)
-    _refused(rec_dir, "is a link or not a file")
+    _refused(rec_dir, "is a link; a recording holds no links")
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """Reading the files a user names, and choosing where a report write really goes.
 
 Inputs (reports, expectations files) are opened without blocking, so a FIFO or a
-device is refused instead of hanging; bytes that are not UTF-8 and JSON nested
-deeper than any report are refused with one line. Outputs are written beside the
+device is refused instead of hanging; bytes that are not UTF-8, JSON nested
+deeper than any report and JSON objects that repeat a key (``"target"`` twice: a reader
+takes the last, a person sees the first) are refused with one line. Outputs are written beside the
 file they replace and renamed over it: through a symlink that means beside its
 target (the link stays a link), and a path that exists but is not a regular file
 (``/dev/null``, a FIFO, a directory) is refused, never replaced.
@@ -24,6 +25,35 @@ MAX_DEPTH = 64
 
 class InputError(UsageError):
     """A file given as input that cannot be read as what it should be."""
+
+
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice; the message is the key."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for every JSON the suite reads: a repeated key is refused, so
+    what a reader takes is what a person reads (``json`` would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` refusing repeated keys (DuplicateKey) as every input's reader must."""
+    return json.loads(text, object_pairs_hook=unique_keys)
+
+
+def repeated_key(label: str, key: str) -> str:
+    """How a refusal of a repeated key reads."""
+    shown = key if len(key) <= 80 else key[:77] + "..."
+    return (
+        f"{label}: an object names the key {shown!r} twice (a reader would take the last, a "
+        "person reads the first); not a file this suite writes"
+    )
 
 
 def _kind(mode: int) -> str:
@@ -116,13 +146,16 @@ def _deep_path(data: Any) -> str | None:
 
 
 def parse_json(text: str, label: str) -> Any:
-    """Parsed JSON, refusing (InputError) syntax errors and nesting deeper than MAX_DEPTH."""
+    """Parsed JSON, refusing (InputError) syntax errors, repeated keys and nesting deeper
+    than MAX_DEPTH."""
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as e:
         raise InputError(
             f"{label}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
         ) from None
+    except DuplicateKey as e:
+        raise InputError(repeated_key(label, str(e))) from None
     except RecursionError:
         raise InputError(
             f"{label}: {_too_deep_at(text)}: arrays/objects nested more than {MAX_DEPTH} levels "

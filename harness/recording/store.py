@@ -7,7 +7,8 @@ program recorded twice gives the same bytes. Reading executes nothing: the JSON 
 validated against ``harness/schemas/recording.json`` and every tensor against the JSON
 and its file, and any problem is one ``UsageError`` line naming the file and the place.
 File names in a recording are plain names inside ``DIR/tensors``; a name that could lead
-elsewhere (a path, a link) is refused.
+elsewhere (a path) and a link anywhere under DIR are refused. The rules every reader
+shares (names, links) are ``rules``'.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from harness.core.errors import UsageError
 from harness.core.locations import portable_path
 from harness.core.safe_io import parse_json, read_text
 from harness.core.schema import errors, one_line
-from harness.recording import live, selection, tensorfile
+from harness.recording import live, rules, selection, tensorfile
 from harness.recording.data_errors import BadNode
 from harness.recording.model import (
     NotKept,
@@ -36,7 +37,7 @@ from harness.recording.model import (
     Recording,
     SkippedCall,
 )
-from harness.recording.refs import packages_of
+from harness.recording.refs import RefError, packages_of
 
 SCHEMA = "afdb-recording/1"
 INDEX = "recording.json"
@@ -95,8 +96,22 @@ def check_target(out_dir: Path) -> None:
     that holds other things than a recording (a mistyped ``-o src``, or
     ``--afdb-record tests/`` meant as the tests to run)."""
     shown = portable_path(str(out_dir))
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"{shown}: exists and is not a folder; give a folder for the recording")
+    for above in [out_dir, *out_dir.parents]:
+        if os.path.lexists(above) and not above.is_dir():
+            where = "" if above == out_dir else f" (in the way of {shown})"
+            raise UsageError(
+                f"{portable_path(str(above))}: exists and is not a folder{where}; give a folder "
+                "for the recording, or remove or rename the file"
+            )
+    if out_dir.is_dir():
+        _refuse_links(out_dir)
+        for name, folder in ((INDEX, False), (TENSOR_DIR, True)):
+            path = out_dir / name
+            if path.exists() and path.is_dir() != folder:
+                raise UsageError(
+                    f"{_label(out_dir, name)}: is {'not ' if folder else ''}a folder; a "
+                    "recording's own: remove it"
+                )
     if out_dir.is_dir() and not (out_dir / INDEX).exists():
         other = sorted(p.name for p in out_dir.iterdir() if p.name not in (".parts", TENSOR_DIR))
         if other:
@@ -104,6 +119,23 @@ def check_target(out_dir: Path) -> None:
                 f"{shown}: a folder that is not a recording (it holds {other[0]!r}); give a "
                 "new or empty folder (with pytest: --afdb-record=DIR, the = is needed)"
             )
+
+
+def _refuse_links(out_dir: Path) -> None:
+    """RecordingError for the first link under ``out_dir``: a recording is read and written
+    only inside its folder, so it holds no link (to a file or a folder) anywhere."""
+    try:
+        for link in rules.links_under(out_dir):
+            raise RecordingError(
+                f"{_label(out_dir, *link.relative_to(out_dir).parts)}: is a link; a recording "
+                "holds no links (it is read and written only inside its folder): remove it"
+            )
+    except RefError as e:
+        raise RecordingError(f"{portable_path(str(out_dir))}: {e}") from None
+    except OSError as e:
+        raise RecordingError(
+            f"{portable_path(str(out_dir))}: cannot be read ({e.strerror or e})"
+        ) from None
 
 
 def _prepare_dir(out_dir: Path) -> Path:
@@ -121,7 +153,10 @@ def _prepare_dir(out_dir: Path) -> Path:
 
 def _write_file(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    if os.path.lexists(tmp):
+        os.unlink(tmp)  # a link planted there is removed, never written through
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(tmp, flags, 0o644), "wb") as f:
         f.write(data)
     os.replace(tmp, path)
 
@@ -233,6 +268,7 @@ def _read_index(out_dir: Path) -> dict[str, Any]:
             f"{portable_path(str(out_dir))}: no recording there (not a folder); record one with "
             "`afdb record` or `pytest --afdb-record`"
         )
+    _refuse_links(out_dir)
     path = out_dir / INDEX
     if not path.exists():
         raise RecordingError(
@@ -318,7 +354,9 @@ def read_raw(out_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, t
 
 def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label: str) -> Recording:
     # the types a value names resolve only inside the packages whose Functions it holds
-    allowed = packages_of(fn["target"] for fn in doc["functions"] if fn["kind"] == "function")
+    targets = [fn["target"] for fn in doc["functions"] if fn["kind"] == "function"]
+    allowed = packages_of(targets)
+    own = rules.own_packages(targets)  # what a reference may name (rules.check_names)
     functions = []
     for i, fn in enumerate(doc["functions"]):
         tensors = files.get(fn["tensors"] or "", {})
@@ -328,7 +366,8 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
             try:
                 args = tuple(live.restore(a, tensors, allowed) for a in call["args"])
                 kwargs = {k: live.restore(v, tensors, allowed) for k, v in call["kwargs"].items()}
-            except BadNode as e:
+                rules.check_names((args, kwargs), own)
+            except (BadNode, RefError) as e:
                 raise RecordingError(f"{at}: {e}") from None
             calls.append(RecordedCall(args, kwargs, call["where"]))
         functions.append(

@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness.core.errors import UsageError
+from harness.core.safe_io import DuplicateKey, loads, repeated_key
 
 #: safetensors' dtype names, and torch's dtype for each.
 DTYPES: dict[str, torch.dtype] = {
@@ -42,6 +45,7 @@ DTYPES: dict[str, torch.dtype] = {
     "F8_E5M2": torch.float8_e5m2,
 }
 NAMES = {v: k for k, v in DTYPES.items()}
+_ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in DTYPES.values()}
 
 #: A header larger than this is not one this suite writes (a few hundred bytes per tensor).
 MAX_HEADER = 16 << 20
@@ -83,26 +87,31 @@ def _field(label: str, name: str, problem: str) -> TensorFileError:
     return TensorFileError(f"{label}: tensor {name!r}: {problem}; not a tensor file afdb wrote")
 
 
-def decode(data: bytes, label: str) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file's bytes, every field checked against the file
-    (TensorFileError, one line naming ``label`` and the place) before anything is built."""
-    if len(data) < 8:
-        raise TensorFileError(f"{label}: {len(data)} bytes, too short for a tensor file")
-    (size,) = struct.unpack("<Q", data[:8])
-    if size > MAX_HEADER or 8 + size > len(data):
-        raise TensorFileError(
-            f"{label}: declares a header of {size} bytes but the file has {len(data)}; "
-            "a damaged or truncated tensor file"
-        )
+@dataclass(frozen=True)
+class _Span:
+    name: str
+    dtype: torch.dtype
+    shape: list[int]
+    begin: int
+    end: int
+
+
+def _header(raw: bytes, label: str) -> dict[str, Any]:
     try:
-        header = json.loads(data[8 : 8 + size].decode("utf-8"))
+        header = loads(raw.decode("utf-8"))
+    except DuplicateKey as e:
+        raise TensorFileError(repeated_key(f"{label}: header", str(e))) from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise TensorFileError(f"{label}: header is not JSON ({e.__class__.__name__})") from None
     if not isinstance(header, dict):
         raise TensorFileError(f"{label}: header is not a JSON object")
-    body = memoryview(data)[8 + size :]
-    spans: list[tuple[int, int, str]] = []
-    out: dict[str, torch.Tensor] = {}
+    return header
+
+
+def _layout(header: dict[str, Any], body: int, label: str) -> list[_Span]:
+    """Every tensor's place in a body of ``body`` bytes, checked field by field: sizes that
+    agree with the shapes, no overlap, no gap, no byte after the last (nothing allocated)."""
+    spans: list[_Span] = []
     for name, info in header.items():
         if name == "__metadata__":
             if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
@@ -125,8 +134,7 @@ def decode(data: bytes, label: str) -> dict[str, torch.Tensor]:
         ):
             raise _field(label, name, f"data_offsets {offsets!r} is not [begin, end]")
         begin, end = offsets
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        nbytes = math.prod(shape) * itemsize
+        nbytes = math.prod(shape) * _ITEMSIZE[dtype]
         if end - begin != nbytes:
             raise _field(
                 label,
@@ -134,35 +142,76 @@ def decode(data: bytes, label: str) -> dict[str, torch.Tensor]:
                 f"shape {shape} of {info['dtype']} needs {nbytes} bytes, "
                 f"data_offsets give {end - begin}",
             )
-        if end > len(body):
-            raise _field(label, name, f"data_offsets end at {end}, past the {len(body)} data bytes")
-        spans.append((begin, end, name))
-        if nbytes == 0:
-            out[name] = torch.empty(shape, dtype=dtype)
-        else:
-            raw = torch.frombuffer(bytearray(body[begin:end]), dtype=torch.uint8)
-            out[name] = raw.view(dtype).reshape(shape)
+        if end > body:
+            raise _field(label, name, f"data_offsets end at {end}, past the {body} data bytes")
+        spans.append(_Span(name, dtype, shape, begin, end))
     position = 0
-    for begin, end, name in sorted(spans):
-        if begin != position:
+    for span in sorted(spans, key=lambda s: (s.begin, s.end, s.name)):
+        if span.begin != position:
             raise _field(
                 label,
-                name,
-                f"data starts at byte {begin}, expected {position} "
+                span.name,
+                f"data starts at byte {span.begin}, expected {position} "
                 "(tensors overlap or leave a gap)",
             )
-        position = end
-    if position != len(body):
+        position = span.end
+    if position != body:
         raise TensorFileError(
-            f"{label}: {len(body) - position} bytes after the last tensor; a damaged tensor file"
+            f"{label}: {body - position} bytes after the last tensor; a damaged tensor file"
         )
+    return spans
+
+
+def _tensors(spans: list[_Span], body: bytearray) -> dict[str, torch.Tensor]:
+    """The tensors over ``body``: each a view of it where its offset suits its dtype, else a
+    copy of its own bytes (the memory taken is the data's, about once)."""
+    out: dict[str, torch.Tensor] = {}
+    for s in spans:
+        n = s.end - s.begin
+        if n == 0:
+            out[s.name] = torch.empty(s.shape, dtype=s.dtype)
+            continue
+        if s.begin % _ITEMSIZE[s.dtype]:
+            raw = torch.frombuffer(bytearray(body[s.begin : s.end]), dtype=torch.uint8)
+        else:
+            raw = torch.frombuffer(body, dtype=torch.uint8, count=n, offset=s.begin)
+        out[s.name] = raw.view(s.dtype).reshape(s.shape)
     return out
 
 
-def read(path: Path, label: str, limit: int) -> dict[str, torch.Tensor]:
-    """The tensors of the regular file ``path`` (at most ``limit`` bytes), checked."""
-    import stat
+def decode(data: bytes, label: str) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file's bytes, every field checked against the file
+    (TensorFileError, one line naming ``label`` and the place) before anything is built."""
+    if len(data) < 8:
+        raise TensorFileError(f"{label}: {len(data)} bytes, too short for a tensor file")
+    (size,) = struct.unpack("<Q", data[:8])
+    if size > MAX_HEADER or 8 + size > len(data):
+        raise TensorFileError(
+            f"{label}: declares a header of {size} bytes but the file has {len(data)}; "
+            "a damaged or truncated tensor file"
+        )
+    spans = _layout(_header(data[8 : 8 + size], label), len(data) - 8 - size, label)
+    return _tensors(spans, bytearray(data[8 + size :]))
 
+
+def _read_exactly(fd: int, n: int, label: str) -> bytearray:
+    """``n`` bytes of ``fd`` into a buffer of that size (never more: memory follows the
+    file's own size, which the caller bounded); a file that shrank while read is refused."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got : min(n, got + (64 << 20))]])
+        if k == 0:
+            raise TensorFileError(f"{label}: changed while it was read; read it again")
+        got += k
+    return buf
+
+
+def read(path: Path, label: str, limit: int) -> dict[str, torch.Tensor]:
+    """The tensors of the regular file ``path`` (at most ``limit`` bytes), checked: the
+    header is read and checked against the file's size first, then exactly the data it
+    declares is read (a file of a few hundred bytes takes a few hundred bytes)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
@@ -175,8 +224,20 @@ def read(path: Path, label: str, limit: int) -> dict[str, torch.Tensor]:
             raise TensorFileError(
                 f"{label}: {st.st_size} bytes, over the {limit}-byte limit of a recording"
             )
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
+        if st.st_size < 8:
+            raise TensorFileError(f"{label}: {st.st_size} bytes, too short for a tensor file")
+        (size,) = struct.unpack("<Q", bytes(_read_exactly(fd, 8, label)))
+        if size > MAX_HEADER or 8 + size > st.st_size:
+            raise TensorFileError(
+                f"{label}: declares a header of {size} bytes but the file has {st.st_size}; "
+                "a damaged or truncated tensor file"
+            )
+        header = _header(bytes(_read_exactly(fd, size, label)), label)
+        body = st.st_size - 8 - size
+        spans = _layout(header, body, label)
+        data = _read_exactly(fd, body, label)
+        if os.read(fd, 1):
+            raise TensorFileError(f"{label}: changed while it was read; read it again")
     finally:
         os.close(fd)
-    return decode(data, label)
+    return _tensors(spans, data)

@@ -22,7 +22,7 @@ import torch
 from autograd_function_db.entry import Entry, Sample
 from harness.core.errors import UsageError
 from harness.plans.pytrees import leaves
-from harness.recording.refs import top_package
+from harness.recording.rules import own_packages
 from harness.sources.declare import Declaration
 
 #: What each recorded Function became (``RecordedEntry.state``).
@@ -331,9 +331,7 @@ def recorded_entries(
 ) -> list[RecordedEntry]:
     """Every Function of the recording (its order), then those of ``--source`` never called.
     ``live``: the recording process's live snapshots by target (``Recorder.live_calls``)."""
-    packages = frozenset(
-        top_package(f.target.partition(":")[0]) for f in recording.functions if f.kind == "function"
-    )
+    packages = own_packages(f.target for f in recording.functions if f.kind == "function")
     out = [
         recorded_entry(
             f,

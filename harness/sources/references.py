@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from harness.core.errors import UsageError
-from harness.recording import refs
+from harness.recording import refs, rules
 from harness.recording.live import Ref, Wrapped, type_name
-from harness.recording.refs import RefError, top_package
+from harness.recording.refs import RefError
 
 
 def _load(target: str, allowed: frozenset[str], where: str, what: str) -> Any:
@@ -30,18 +30,21 @@ def _load(target: str, allowed: frozenset[str], where: str, what: str) -> Any:
         raise UsageError(f"{where}: {e}; record again") from None
 
 
+def _rule(check: Any, name: str, packages: frozenset[str], where: str) -> None:
+    """One of the recording's name rules (``harness.recording.rules``), as one line."""
+    try:
+        check(name, packages)
+    except RefError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
 def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
     """``value`` with its ``Ref``s imported again (only modules of ``packages``, the
     recording's own, each an object of the recorded type) and its wrapper subclasses
     rebuilt (classes of torch or of ``packages``). A reference that
     breaks either rule is a hostile or stale recording: UsageError, one line."""
     if isinstance(value, Ref):
-        module, _, qual = value.target.partition(":")
-        if not module or not qual or top_package(module) not in packages:
-            raise UsageError(
-                f"{where}: refers to {value.target!r}, outside the packages whose Functions "
-                f"the recording holds ({', '.join(sorted(packages))}); refused"
-            )
+        _rule(rules.check_reference, value.target, packages, where)  # as reading applied it
         obj = _load(value.target, packages, where, "the reference")
         if type_name(obj) != value.type:
             raise UsageError(
@@ -50,12 +53,7 @@ def resolve(value: Any, packages: frozenset[str], where: str) -> Any:
             )
         return obj
     if isinstance(value, Wrapped):
-        module = value.cls.partition(":")[0]
-        if top_package(module) not in packages | {"torch"}:
-            raise UsageError(
-                f"{where}: names the tensor subclass {value.cls!r}, outside torch and the "
-                f"packages whose Functions the recording holds; refused"
-            )
+        _rule(rules.check_subclass, value.cls, packages, where)
         return _rebuild(value, packages | {"torch"}, where)
     if type(value) in (tuple, list):
         items = [resolve(v, packages, where) for v in value]
