@@ -43,14 +43,14 @@ def own_packages(targets: Any) -> frozenset[str]:
 
 def _syntax(name: Any, what: str) -> str:
     if not isinstance(name, str):
-        raise RefError(f"{what} {name!r} is not module:QualName")
+        raise RefError(f"{what} {name!r} is not module:QualName; refused")
     module, sep, qual = name.partition(":")
     if (
         not sep
         or not all(p.isidentifier() for p in module.split("."))
         or not all(p.isidentifier() for p in qual.split("."))
     ):
-        raise RefError(f"{what} {name!r} is not module:QualName")
+        raise RefError(f"{what} {name!r} is not module:QualName; refused")
     return module
 
 
