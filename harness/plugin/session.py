@@ -8,7 +8,8 @@ recording session's live classes, so a Function defined in a test module or a fu
 checked too. A terminal section after the tests says one line per Function and the summary
 sentence; progress lines appear only on a terminal. The session exits 1 when a Function
 does not conform (``--afdb-report-only``: the report only), 4 on bad usage (a wrong
-declaration), 5 when the tests passed but no Function was checked.
+declaration, option or report path: refused at configure time, before the tests run), 5
+when the tests passed but no Function was checked.
 """
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ class RecordedCheckSession:
         self.details: list[str] = []
         self.problem = ""
         self.failing = False
+        try:  # a wrong declaration, option or report path: one line, before the tests run
+            from harness.session.recorded import preflight
+
+            preflight(self._settings())
+        except UsageError as e:
+            raise pytest.UsageError(f"afdb: {e}") from None
 
     def _settings(self) -> Any:
         """The check's settings from the session's options (no command line is parsed: the

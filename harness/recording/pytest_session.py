@@ -108,8 +108,9 @@ class RecordingSession:
                 total_limit=_bytes(config.getoption("afdb_total_limit"), "--afdb-total-limit"),
                 program=program_of(config),
             )
-        except UsageError as e:
-            raise pytest.UsageError(f"--afdb-record: {e}") from None
+        except UsageError as e:  # before the tests run: one line, exit 4
+            flag = "--afdb" if config.getoption("afdb", False) else "--afdb-record"
+            raise pytest.UsageError(f"{flag}: {e}") from None
         last_recorder = self.recorder
         self.recorder.start()
 

@@ -270,6 +270,7 @@ def recorded_markdown(md: dict[str, Any]) -> list[str]:
     if not isinstance(rec, dict) or not rec.get("sentence"):
         return []
     lines = ["", "## Recorded Functions", "", md_escape(str(rec["sentence"])), ""]
+    lines += [f"{md_escape(str(note))}\n" for note in rec.get("notes") or ()]
     lines += ["| Function | verdict |", "|---|---|"]
     for v in rec.get("verdicts") or ():
         lines.append(f"| {md_escape(str(v.get('target')))} | {md_escape(str(v.get('line')))} |")

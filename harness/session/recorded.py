@@ -58,6 +58,19 @@ def recording_source(
     )
 
 
+def preflight(args: Any) -> None:
+    """Refuse (UsageError, one line) what a recorded check would refuse at its start and
+    can be known before the program runs: declarations, options, expectations, report
+    paths. ``pytest --afdb`` calls it at configure time, before the tests."""
+    from harness.sources.declare import parse_declarations
+    from harness.sources.declare_config import declaration_lines
+
+    lines = getattr(args, "declare_lines", None)
+    parse_declarations(lines if lines is not None else declaration_lines(args.declare or ()))
+    options_from_args(args)
+    check_output_paths(args)
+
+
 def check_recording(
     args: Any,
     *,
@@ -76,6 +89,7 @@ def check_recording(
     ``xdist``: the recording came from pytest-xdist workers (their live classes are gone).
     """
     from harness.engine.isolation import DEFAULT_TIMEOUT_S
+    from harness.recorded.declared import unknown_declaration_notes
     from harness.recorded.repro_lines import one_declaration_repros
     from harness.recorded.verdicts import (
         note_never_differentiated,
@@ -100,10 +114,10 @@ def check_recording(
     check_output_paths(args)
     controller_threads(args)
     source = recording_source(args, recording, classes, xdist=xdist)
-    for name in source.unknown_declarations():
-        given = any(line.split()[:1] == [name] for line in args.declare or ())
-        where = "--declare" if given else "a declaration of the project ([tool.afdb] or ini)"
-        print(f"note: {where} names {visible(name)}, which the recording does not hold")
+    # a misspelt or wrong declaration: said after the summary sentence and in the report
+    notes = unknown_declaration_notes(
+        source.unknown_declarations(), [f.target for f in recording.functions]
+    )
     # batch sizes from every Function, so a case id does not depend on the selection
     fixed = bool(getattr(args, "batch_size", None) or getattr(args, "nested_batch_sizes", None))
     options = source.options(source.entries(), options, fixed=fixed)
@@ -134,6 +148,8 @@ def check_recording(
             note_never_differentiated(res, recorded, options)
             one_declaration_repros(res, recorded, recording, classes)
             res.metadata["recorded"] = report_metadata(recorded, verdicts(res, recorded))
+            if notes:
+                res.metadata["recorded"]["notes"] = notes
 
         result = execute(
             entries,
@@ -153,7 +169,7 @@ def check_recording(
     width = max([len(v.target) for v in found] + [8])
     out = [f"  {visible(v.target, keep_newlines=False):<{width}}  {v.line}" for v in found]
     out.append(summary_sentence(recorded, found))
-    show(out)
+    show(out + notes)
     if result is None:
         print("nothing checked: the recording holds no Function that can be checked here")
         return 5, None, found
