@@ -105,6 +105,14 @@ def test_an_index_or_a_stray_file_that_is_a_link_is_refused(rec_dir, tmp_path):
     _refused(rec_dir, "rec/tensors/notes/etc: is a link")
 
 
+def test_a_tensors_file_instead_of_the_folder_is_one_line(rec_dir):
+    for f in (rec_dir / "tensors").iterdir():
+        f.unlink()
+    (rec_dir / "tensors").rmdir()
+    (rec_dir / "tensors").write_text("")
+    _refused(rec_dir, "rec/tensors is not a folder")
+
+
 # --- one set of name rules for every reader -----------------------------------------------
 
 

@@ -300,10 +300,19 @@ def _tensor_path(out_dir: Path, name: str, label: str) -> Path:
         raise RecordingError(f"{label}: {name!r} is not a tensor file name of a recording")
     tdir = out_dir / TENSOR_DIR
     path = tdir / name
+    if os.path.lexists(tdir) and not tdir.is_dir():
+        raise RecordingError(
+            f"{label}: {_label(out_dir, TENSOR_DIR)} is not a folder; a recording's tensor files "
+            "are plain files in its folder tensors"
+        )
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         raise RecordingError(f"{label}: {_label(out_dir, TENSOR_DIR, name)} is missing") from None
+    except OSError as e:
+        raise RecordingError(
+            f"{label}: {_label(out_dir, TENSOR_DIR, name)} cannot be read ({e.strerror or e})"
+        ) from None
     if not stat.S_ISREG(mode) or os.path.realpath(path) != os.path.join(
         os.path.realpath(tdir), name
     ):
