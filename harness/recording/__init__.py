@@ -12,12 +12,13 @@ Owns: the observer (``observer``), arguments as data (``values``, the kinds beyo
 values in ``kinds``, their two refusals in ``data_errors``, types named by reference in
 ``refs``, live snapshots of what cannot be data in ``live``), which calls to keep
 (``selection``), the safetensors reader/writer (``tensorfile``), the files on disk, their
-validation and the merge of a pytest-xdist run's parts (``store``), what a recording holds
+validation and the merge of a pytest-xdist run's parts (``store``), the rules every reader
+applies to a recording's names and files, one implementation (``rules``), what a recording holds
 as read back (``model``) and its one-line summary (``summary``), the Function classes of
 named packages (``packages``), the pytest session's recording (``pytest_session``).
 
 Inside the wing the order runs one way: ``data_errors`` and ``refs`` <- ``kinds`` <-
-``values`` <- ``live`` <- ``store`` <- ``observer`` <- this package's ``recording()``.
+``values`` <- ``live`` <- ``rules`` <- ``store`` <- ``observer`` <- this package's ``recording()``.
 
 May import: torch, the standard library, ``harness.core`` (and pytest, in
 ``pytest_session`` only). Nothing above it: recording
