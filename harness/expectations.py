@@ -232,10 +232,14 @@ def _schema_problem(data: dict[str, Any], text: str, path: str) -> str:
 def parse(text: str, path: str = "<expectations>") -> Expectations:
     """The expectations of a file's text; ExpectationsError (one line naming the file's
     line) for anything ``harness/schemas/expectations.json`` or the checks below refuse."""
+    from harness.core.safe_io import DuplicateKey, loads, repeated_key
+
     try:
-        data = json.loads(text)
+        data = loads(text)  # a key named twice is refused, as in every input (safe_io)
     except json.JSONDecodeError as e:
         raise ExpectationsError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    except DuplicateKey as e:
+        raise ExpectationsError(repeated_key(path, str(e))) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ExpectationsError(f'{path}: line 1: expected an object with "schema": "{SCHEMA}"')
     problem = _schema_problem(data, text, path)

@@ -209,7 +209,7 @@ def test_a_repeated_tensor_name_in_a_tensor_files_header_is_refused():
 def test_every_json_input_refuses_a_repeated_key(tmp_path):
     """Reports and expectations files are read by ``safe_io.parse_json`` too."""
     from harness.core.schema import read_report
-    from harness.expectations import load
+    from harness.expectations import load, parse
 
     assert loads('{"a": 1, "b": {"a": 2}}') == {"a": 1, "b": {"a": 2}}  # nested: not a repeat
     with pytest.raises(InputError, match="x.json: an object names the key 'a' twice"):
@@ -222,6 +222,8 @@ def test_every_json_input_refuses_a_repeated_key(tmp_path):
     exp.write_text('{"schema": "x", "expectations": [], "expectations": []}')
     with pytest.raises(UsageError, match="names the key 'expectations' twice"):
         load(exp)
+    with pytest.raises(UsageError, match="e.json: an object names the key 'expectations' twice"):
+        parse(exp.read_text(), "e.json")
 
 
 # --- memory follows the data --------------------------------------------------------------
