@@ -188,3 +188,28 @@ def test_afdb_check_recorded_says_the_same_notes(project, monkeypatch, capsys):
         "note: a declaration names mini:Dubble, which the recording does not hold (no "
         "Function of that name was called; did you mean mini:Double?)"
     )
+
+
+def test_the_place_of_a_recording_is_checked_in_order(tmp_path, monkeypatch):
+    """A folder of other things is named as such (not for a link it holds); inside a
+    recording folder a link, and a recording file of the wrong kind, are refused."""
+    from harness.core.errors import UsageError
+    from harness.recording.store import check_target
+
+    monkeypatch.chdir(tmp_path)
+    Path("src").mkdir()
+    os.symlink(tmp_path, "src/loop")
+    with pytest.raises(
+        UsageError, match=r"^src: a folder that is not a recording \(it holds 'loop'"
+    ):
+        check_target(Path("src"))
+    Path("rec").mkdir()
+    Path("rec/recording.json").write_text("{}")
+    check_target(Path("rec"))  # the twin: a recording is replaced
+    os.symlink(tmp_path / "src", "rec/tensors")
+    with pytest.raises(UsageError, match=r"^rec/tensors: is a link; a recording holds no links"):
+        check_target(Path("rec"))
+    os.unlink("rec/tensors")
+    Path("rec/tensors").write_text("")
+    with pytest.raises(UsageError, match=r"^rec/tensors: is not a folder"):
+        check_target(Path("rec"))

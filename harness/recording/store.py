@@ -92,9 +92,10 @@ def call_key(call: dict[str, Any]) -> str:
 
 
 def check_target(out_dir: Path) -> None:
-    """Refuse (UsageError) a place a recording must not be written: a file, or a folder
-    that holds other things than a recording (a mistyped ``-o src``, or
-    ``--afdb-record tests/`` meant as the tests to run)."""
+    """Refuse (UsageError) a place a recording must not be written: a file (there or in
+    the way of a folder above it), a folder that holds other things than a recording (a
+    mistyped ``-o src``, or ``--afdb-record tests/`` meant as the tests to run), a link
+    inside the folder. Called before the program or the tests run."""
     shown = portable_path(str(out_dir))
     for above in [out_dir, *out_dir.parents]:
         if os.path.lexists(above) and not above.is_dir():
@@ -103,21 +104,22 @@ def check_target(out_dir: Path) -> None:
                 f"{portable_path(str(above))}: exists and is not a folder{where}; give a folder "
                 "for the recording, or remove or rename the file"
             )
-    if out_dir.is_dir():
-        _refuse_links(out_dir)
-        for name, folder in ((INDEX, False), (TENSOR_DIR, True)):
-            path = out_dir / name
-            if path.exists() and path.is_dir() != folder:
-                raise UsageError(
-                    f"{_label(out_dir, name)}: is {'not ' if folder else ''}a folder; a "
-                    "recording's own: remove it"
-                )
-    if out_dir.is_dir() and not (out_dir / INDEX).exists():
+    if not out_dir.is_dir():
+        return
+    if not os.path.lexists(out_dir / INDEX):
         other = sorted(p.name for p in out_dir.iterdir() if p.name not in (".parts", TENSOR_DIR))
         if other:
             raise UsageError(
                 f"{shown}: a folder that is not a recording (it holds {other[0]!r}); give a "
                 "new or empty folder (with pytest: --afdb-record=DIR, the = is needed)"
+            )
+    _refuse_links(out_dir)  # a recording is written only inside its folder
+    for name, folder in ((INDEX, False), (TENSOR_DIR, True)):
+        path = out_dir / name
+        if path.exists() and path.is_dir() != folder:
+            raise UsageError(
+                f"{_label(out_dir, name)}: is {'not ' if folder else ''}a folder; a "
+                "recording's own: remove it"
             )
 
 
