@@ -194,15 +194,16 @@ def decode(data: bytes, label: str) -> dict[str, torch.Tensor]:
     return _tensors(spans, bytearray(data[8 + size :]))
 
 
-def _read_exactly(fd: int, n: int, label: str) -> bytearray:
-    """``n`` bytes of ``fd`` into a buffer of that size (never more: memory follows the
-    file's own size, which the caller bounded); a file that shrank while read is refused."""
+def _read_exactly(f: Any, n: int, label: str) -> bytearray:
+    """``n`` bytes of the unbuffered file ``f`` into a buffer of that size (never more:
+    memory follows the file's own size, which the caller bounded); a file that shrank while
+    read is refused."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
-        k = os.readv(fd, [view[got : min(n, got + (64 << 20))]])
-        if k == 0:
+        k = f.readinto(view[got : min(n, got + (64 << 20))])
+        if not k:
             raise TensorFileError(f"{label}: changed while it was read; read it again")
         got += k
     return buf
@@ -226,18 +227,19 @@ def read(path: Path, label: str, limit: int) -> dict[str, torch.Tensor]:
             )
         if st.st_size < 8:
             raise TensorFileError(f"{label}: {st.st_size} bytes, too short for a tensor file")
-        (size,) = struct.unpack("<Q", bytes(_read_exactly(fd, 8, label)))
-        if size > MAX_HEADER or 8 + size > st.st_size:
-            raise TensorFileError(
-                f"{label}: declares a header of {size} bytes but the file has {st.st_size}; "
-                "a damaged or truncated tensor file"
-            )
-        header = _header(bytes(_read_exactly(fd, size, label)), label)
-        body = st.st_size - 8 - size
-        spans = _layout(header, body, label)
-        data = _read_exactly(fd, body, label)
-        if os.read(fd, 1):
-            raise TensorFileError(f"{label}: changed while it was read; read it again")
+        with os.fdopen(fd, "rb", buffering=0, closefd=False) as f:
+            (size,) = struct.unpack("<Q", bytes(_read_exactly(f, 8, label)))
+            if size > MAX_HEADER or 8 + size > st.st_size:
+                raise TensorFileError(
+                    f"{label}: declares a header of {size} bytes but the file has "
+                    f"{st.st_size}; a damaged or truncated tensor file"
+                )
+            header = _header(bytes(_read_exactly(f, size, label)), label)
+            body = st.st_size - 8 - size
+            spans = _layout(header, body, label)
+            data = _read_exactly(f, body, label)
+            if f.read(1):
+                raise TensorFileError(f"{label}: changed while it was read; read it again")
     finally:
         os.close(fd)
     return _tensors(spans, data)
