@@ -127,6 +127,8 @@ def check_recording(
 
     args.case_prefixes = case_prefixes(entries, [p for p in args.target or () if "/" in p])
     show = lines or _print_lines
+    if notes:  # after the summary sentence, wherever the lines go
+        show = _then(show, notes)
     if not args.quiet:
         what = getattr(recording, "program", "") or shown
         print(
@@ -169,13 +171,18 @@ def check_recording(
     width = max([len(v.target) for v in found] + [8])
     out = [f"  {visible(v.target, keep_newlines=False):<{width}}  {v.line}" for v in found]
     out.append(summary_sentence(recorded, found))
-    show(out + notes)
+    show(out)
     if result is None:
         print("nothing checked: the recording holds no Function that can be checked here")
         return 5, None, found
     status = run_status(result, args)
     closing_lines(result, args, status, rerun_command=f"afdb check --recorded {shown}")
     return status, result, found
+
+
+def _then(show: Callable[[list[str]], None], more: list[str]) -> Callable[[list[str]], None]:
+    """``show`` with ``more`` lines after those it is given."""
+    return lambda lines: show([*lines, *more])
 
 
 def _print_lines(lines: list[str]) -> None:
