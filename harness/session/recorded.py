@@ -71,6 +71,11 @@ def preflight(args: Any) -> None:
     check_output_paths(args)
 
 
+def _then(show: Callable[[list[str]], None], more: list[str]) -> Callable[[list[str]], None]:
+    """``show`` with ``more`` lines after those it is given."""
+    return lambda lines: show([*lines, *more])
+
+
 def check_recording(
     args: Any,
     *,
@@ -178,11 +183,6 @@ def check_recording(
     status = run_status(result, args)
     closing_lines(result, args, status, rerun_command=f"afdb check --recorded {shown}")
     return status, result, found
-
-
-def _then(show: Callable[[list[str]], None], more: list[str]) -> Callable[[list[str]], None]:
-    """``show`` with ``more`` lines after those it is given."""
-    return lambda lines: show([*lines, *more])
 
 
 def _print_lines(lines: list[str]) -> None:
