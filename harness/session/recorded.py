@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from harness.core.results import RunResult
 from harness.core.textsafe import visible
+from harness.session.check_phase import default_workers, write_empty_reports
 from harness.session.execute import closing_lines, controller_threads, execute, run_status
 from harness.session.outputs import check_output_paths
 from harness.session.settings import options_from_args
@@ -98,7 +100,7 @@ def check_recording(
     if options.timeout_s is None:
         options = options.replace(timeout_s=DEFAULT_TIMEOUT_S)
     check_output_paths(args)
-    controller_threads(args)
+    started = time.time()
     source = recording_source(args, recording, classes, xdist=xdist)
     for name in source.unknown_declarations():
         given = any(line.split()[:1] == [name] for line in args.declare or ())
@@ -112,6 +114,8 @@ def check_recording(
     from harness.sources.select import case_prefixes
 
     args.case_prefixes = case_prefixes(entries, [p for p in args.target or () if "/" in p])
+    default_workers(args, entries)  # the machine's cores, unless -n says otherwise
+    controller_threads(args)
     show = lines or _print_lines
     if not args.quiet:
         what = getattr(recording, "program", "") or shown
@@ -143,6 +147,7 @@ def check_recording(
             target=target,
             known_entries={e.name for e in source.entries()},
             before_reports=annotate,
+            journal_entries=[e.name for e in entries],
         )
     found = verdicts(result, recorded)
     hints = surrogate_hints(result, recorded, options)
@@ -155,6 +160,7 @@ def check_recording(
     out.append(summary_sentence(recorded, found))
     show(out)
     if result is None:
+        write_empty_reports(args, options, report_metadata(recorded, found), started)
         print("nothing checked: the recording holds no Function that can be checked here")
         return 5, None, found
     status = run_status(result, args)
