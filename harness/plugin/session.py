@@ -114,6 +114,9 @@ class RecordedCheckSession:
             value = self.config.getoption(option, None)
             if value:
                 given[key] = str(value)
+        workers = self.config.getoption("afdb_workers", None)
+        if workers is not None:
+            given["workers"] = str(workers)  # else the cores (session/check_phase.py)
         lines = declare_lines(self.config)
         return Settings(
             recorded=self.directory,
