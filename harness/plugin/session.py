@@ -152,6 +152,10 @@ class RecordedCheckSession:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 xdist = bool(getattr(self.config.option, "numprocesses", None))
                 live = recorder.live_calls() if recorder is not None and not xdist else None
+                if not xdist:  # how a fresh interpreter makes the live values again
+                    from harness.plugin.replay import replay_spec
+
+                    args.replay = replay_spec(self.config, recording)
                 status, result, found = _check(
                     args, recording, classes, got.extend, tty, xdist=xdist, live=live
                 )

@@ -130,6 +130,8 @@ def check_recording(
         shown,
         tuple(d.text for d in source.declarations.values()),
         default=default_declaration(args),
+        needs_process=source.needs_process(),
+        replay=getattr(args, "replay", None),  # the pytest wing's (harness.plugin.replay)
     )
     result: RunResult | None = None
     if entries:
