@@ -3,13 +3,13 @@
 A run with ``--json FILE`` (``--afdb-json``) rewrites FILE while its cases finish: each
 record as it arrives (per Function as it finishes, from a worker pool) is kept here, and
 FILE is replaced atomically by a report of the records so far, marked ``interrupted`` with
-a ``partial`` line that says how many cases finished and which Functions had not. The final
+a ``journal`` line that says how many cases finished and which Functions had not. The final
 report replaces it at the end as before. So a process killed from outside (the OOM killer,
 a CI job's time limit, a Function that ends the process the cases run in) still leaves a
 readable report of every Function that finished, and says what did not run.
 
 Rewrites are throttled (at least ``MIN_INTERVAL_S`` apart and four times as long as the
-last write took), so a long run's report costs a small fraction of it.
+last write took), except that FILE is rewritten whenever a Function's records are complete.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any
 
 from harness.core.results import CaseResult, RunResult
 
-#: The shortest time between two rewrites of the partial report.
-MIN_INTERVAL_S = 2.0
+#: The shortest time between two rewrites of the partial report (besides the rewrite each
+#: time a Function's records are complete).
+MIN_INTERVAL_S = 1.0
 
 
 class Journal:
@@ -41,11 +42,16 @@ class Journal:
         self.cost = 0.0
         self.failed = False
         self._metadata: dict[str, Any] | None = None
+        self.current = ""
 
     def __call__(self, r: CaseResult) -> None:
+        # records come entry by entry: a new entry's first means the last one finished
+        finished = bool(self.records) and r.entry != self.current
+        self.current = r.entry
+        if finished:
+            self.write()  # every finished Function is in the file before the next one runs
         self.records[r.id] = r
-        now = time.monotonic()
-        if now - self.last >= max(MIN_INTERVAL_S, 4 * self.cost):
+        if time.monotonic() - self.last >= max(MIN_INTERVAL_S, 4 * self.cost):
             self.write()
 
     def partial_line(self) -> str:
@@ -75,7 +81,7 @@ class Journal:
             self._metadata = self.metadata()
         metadata = dict(self._metadata)
         metadata["interrupted"] = True
-        metadata["partial"] = self.partial_line()
+        metadata["journal"] = self.partial_line()
         try:
             write_json(RunResult(list(self.records.values()), metadata), self.path)
         except Exception:  # noqa: BLE001 - the final write reports its own failure
