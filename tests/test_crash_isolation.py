@@ -272,3 +272,32 @@ def test_the_json_report_is_written_when_nothing_could_be_checked(tmp_path: Path
         assert report["cases"] == []
         (verdict,) = report["metadata"]["recorded"]["verdicts"]
         assert "under a torch.func transform" in json.dumps(verdict), verdict
+
+
+def test_two_crashes_in_a_check_and_its_other_cases_are_not_run(tmp_path: Path):
+    """Each crash costs a fresh worker (for a replayed Function, a re-run of its tests): after
+    two in one (entry, check) the rest of that check is ``crash`` "not run"; one is not enough,
+    and another check of the same Function still runs. Shared through the ledger's file, as
+    the xdist controller's crash hook writes it."""
+    from harness.core.results import CaseResult
+    from harness.engine.timeouts import TimeoutLedger, note_crashed_timeout
+
+    def crash(case_id: str) -> CaseResult:
+        entry, check = case_id.split("/")[:2]
+        return CaseResult(case_id, entry, check, 0, "s0", None, "crash", "killed")
+
+    ledger = TimeoutLedger()
+    ledger.attach(str(tmp_path))
+    ledger.note(crash("F/vmap/s0/a"))
+    reader = TimeoutLedger()
+    reader.attach(str(tmp_path))
+    reader.hung_in("F", 0)  # reads the file
+    assert reader.crashed_out("F", "vmap") == []  # one crash: the other cases still run
+    # the xdist controller's hook: a worker died running a case, no watchdog in its faults
+    (tmp_path / "running-7.txt").write_text("F/vmap/s0/b")
+    (tmp_path / "faults-7.txt").write_text("Fatal Python error: Segmentation fault")
+    note_crashed_timeout(str(tmp_path), "F/vmap/s0/b")
+    reader.hung_in("F", 0)
+    assert reader.crashed_out("F", "vmap") == ["F/vmap/s0/a", "F/vmap/s0/b"]
+    assert reader.crashed_out("F", "vjp") == []
+    assert reader.exhausted("F", "vmap") == []  # crashes are not timeouts
