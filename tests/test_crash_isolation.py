@@ -301,3 +301,70 @@ def test_two_crashes_in_a_check_and_its_other_cases_are_not_run(tmp_path: Path):
     assert reader.crashed_out("F", "vmap") == ["F/vmap/s0/a", "F/vmap/s0/b"]
     assert reader.crashed_out("F", "vjp") == []
     assert reader.exhausted("F", "vmap") == []  # crashes are not timeouts
+
+
+PLAIN_CALL_TARGETS = '''import ctypes
+
+import torch
+
+
+class Segv(torch.autograd.Function):
+    """Kills its process on any call, a plain one included."""
+
+    @staticmethod
+    def forward(x):
+        ctypes.string_at(0)
+        return 2 * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+
+class Double(Segv):
+    @staticmethod
+    def forward(x):
+        return 2 * x
+
+
+def samples():
+    return [(torch.ones(2, 3, dtype=torch.float64),)]
+
+
+def extra_samples():
+    return [(torch.ones(2, 3, dtype=torch.float64), torch.ones(1))]
+'''
+
+
+def test_the_samples_probe_of_a_process_that_cannot_fork_runs_in_a_fresh_interpreter(
+    tmp_path: Path, monkeypatch
+):
+    """``afdb check TARGET`` from a process with a thread pool: the samples' plain calls run
+    in a fresh interpreter made from the spec, so a Function that segfaults on a plain call
+    costs that interpreter (no answer: its cases say what happens), not this process; the
+    twin: samples that do not fit are still refused, with the fresh interpreter's answer."""
+    from harness.core.errors import UsageError
+    from harness.core.options import Options
+    from harness.engine import fork_safety
+    from harness.sources.target import TargetSource, TargetSpec
+
+    path = tmp_path / "plaincall.py"
+    path.write_text(PLAIN_CALL_TARGETS)
+    monkeypatch.delenv("AFDB_WORKER_ENGINE", raising=False)
+    monkeypatch.setattr(fork_safety, "hazards", lambda: ["a pool is running"])
+    monkeypatch.setattr("harness.engine.forkpool.available", lambda: True)
+
+    def no_fork() -> int:
+        raise AssertionError("this process must not fork")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    crashing = TargetSource(TargetSpec(f"{path}:Segv", samples=f"{path}:samples"))
+    options = crashing.options(crashing.entries(), Options(timeout_s=30.0))
+    assert options is not None  # this process is alive, and nothing was refused
+    unfit = TargetSource(TargetSpec(f"{path}:Double", samples=f"{path}:extra_samples"))
+    with pytest.raises(UsageError, match="TypeError"):
+        unfit.options(unfit.entries(), Options(timeout_s=30.0))
