@@ -5,7 +5,7 @@ its process on a plain call kills the child only. A process that is not safe to 
 thread pool a child cannot do without: ``harness.engine.fork_safety``) used to make those
 calls itself: one such Function ended the run. Where the entry comes from a target spec
 (``afdb check TARGET``), a fresh interpreter makes it again from the spec and probes there
-(``python -m harness.sources.probe_elsewhere``, the spec and options on stdin, the answer on
+(``python -m harness.sources.probe_child``, the spec and options on stdin, the answer on
 stdout); a crash, a hang or any other failure of that interpreter is no answer, as a forked
 child's is. A Function passed as an object (``harness.check``) has no spec: it is probed in
 this process, and one line says so.
@@ -35,7 +35,7 @@ def probe_in_fresh_interpreter(spec: Any, options: Any) -> Any:
     limit = STARTUP_S + (options.timeout_s or 60.0) * 2
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "harness.sources.probe_elsewhere"],
+            [sys.executable, "-m", "harness.sources.probe_child"],
             input=request,
             capture_output=True,
             text=True,
@@ -53,22 +53,3 @@ def probe_in_fresh_interpreter(spec: Any, options: Any) -> Any:
     except ValueError:
         return None
     return Refusal(**found) if isinstance(found, dict) else None
-
-
-def main() -> int:
-    """The fresh interpreter: the entry from the spec, its samples probed (forked if safe)."""
-    from harness.core.options import Options
-    from harness.engine.probe import probe_samples
-    from harness.sources.target import TargetSource, TargetSpec
-    from harness.sources.user_samples import base_samples
-
-    request = json.loads(sys.stdin.read())
-    options = Options.from_dict(request["options"])
-    (entry,) = TargetSource(TargetSpec.from_dict(request["spec"])).entries()
-    found = probe_samples(entry, base_samples(entry, options), options.timeout_s)
-    print(json.dumps(found.__dict__ if found is not None else None))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
