@@ -218,10 +218,11 @@ def test_the_check_uses_the_cores_by_default():
 
     two = [object(), object()]
     args = argparse.Namespace(workers=None)
-    default_workers(args, two)
+    line = default_workers(args, two)
     assert args.workers == str(min(2, physical_cores()))
+    assert "one per Function" in line and "--afdb-workers" in line
     args = argparse.Namespace(workers=None)
-    default_workers(args, two[:1])  # one Function: one worker (afdb check's isolation)
+    assert default_workers(args, two[:1]) == ""  # one Function: one worker (isolation)
     assert args.workers is None
     args = argparse.Namespace(workers="0")  # asked for: kept
     default_workers(args, two)

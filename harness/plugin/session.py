@@ -24,6 +24,8 @@ from harness.core.errors import UsageError
 
 #: The line that says the cases do not run in forked workers, and why (engine/parallel.py).
 MODEL_NOTE = "note: process model: "
+#: The line that says how many workers the check uses (session/check_phase.py).
+WORKERS_NOTE = "note: workers: "
 
 
 class _Lines(io.TextIOBase):
@@ -165,8 +167,8 @@ class RecordedCheckSession:
             return
         self.lines = got
         said = "".join(out.text).splitlines()
-        self.model = next(
-            (ln.removeprefix("note: ") for ln in said if ln.startswith(MODEL_NOTE)), ""
+        self.model = "\n".join(
+            ln.removeprefix("note: ") for ln in said if ln.startswith((WORKERS_NOTE, MODEL_NOTE))
         )
         if result is not None:
             from harness.reports.grouping import failure_groups, terminal_lines
@@ -187,8 +189,8 @@ class RecordedCheckSession:
         if self.problem:
             terminalreporter.write_line(f"afdb: {self.problem}")
             return
-        if getattr(self, "model", ""):
-            terminalreporter.write_line(f"afdb: {self.model}")
+        for line in getattr(self, "model", "").splitlines():
+            terminalreporter.write_line(f"afdb: {line}")
         for line in self.lines:
             terminalreporter.write_line(line)
         if self.details:

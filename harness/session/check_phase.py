@@ -12,15 +12,23 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def default_workers(args: argparse.Namespace, entries: Sequence[Any]) -> None:
+def default_workers(args: argparse.Namespace, entries: Sequence[Any]) -> str:
     """Spread the check over the machine's cores unless ``-n`` (``--afdb-workers``) says
     otherwise: one worker per Function up to the physical cores (``-n auto``), where there is
-    more than one Function; one worker (isolation) for a single Function."""
+    more than one Function; one worker (isolation) for a single Function. Returns the line
+    that says so ('' when ``-n`` decided, or for one Function)."""
     if getattr(args, "workers", None) is not None or len(entries) < 2:
-        return
+        return ""
     from harness.engine.cores import physical_cores
 
-    args.workers = str(max(1, min(physical_cores(), len(entries))))
+    cores = physical_cores()
+    n = max(1, min(cores, len(entries)))
+    args.workers = str(n)
+    return (
+        f"the cases run in {n} worker process{'es' if n != 1 else ''} (one per Function, up "
+        f"to the {cores} physical core{'s' if cores != 1 else ''}; -n / --afdb-workers N "
+        "sets it)"
+    )
 
 
 def write_empty_reports(

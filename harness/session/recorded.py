@@ -114,7 +114,7 @@ def check_recording(
     from harness.sources.select import case_prefixes
 
     args.case_prefixes = case_prefixes(entries, [p for p in args.target or () if "/" in p])
-    default_workers(args, entries)  # the machine's cores, unless -n says otherwise
+    spread = default_workers(args, entries)  # the machine's cores, unless -n says otherwise
     controller_threads(args)
     show = lines or _print_lines
     if not args.quiet:
@@ -126,6 +126,8 @@ def check_recording(
         )
         if options.batch_size_note:
             print(f"batch sizes: {options.batch_size_note}")
+        if spread:
+            print(f"note: workers: {spread}")
     target = RecordedTarget(
         shown,
         tuple(d.text for d in source.declarations.values()),
