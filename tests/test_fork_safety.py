@@ -176,11 +176,14 @@ def test_the_process_model_of_a_recording_by_its_targets_word(monkeypatch):
     monkeypatch.delenv("AFDB_WORKER_ENGINE", raising=False)
     monkeypatch.setattr("harness.engine.forkpool.available", lambda: True)
     monkeypatch.setattr(fork_safety, "hazards", lambda: ["a pool is running"])
-    replayed = RecordedTarget("rec", needs_process=("Local",), replay={"nodeids": {}})
+    tests = {"nodeids": {"Local": ["test_local.py::test_it"]}}
+    replayed = RecordedTarget("rec", needs_process=("Local",), replay=tests)
     model, line = parallel.process_model("recorded", local, replayed)
     assert model == "xdist" and "re-running the tests that called them" in line
     stuck = RecordedTarget("rec", needs_process=("Local",))  # no tests to re-run
     assert parallel.process_model("recorded", local, stuck)[0] == "in-process"
+    elsewhere = RecordedTarget("rec", needs_process=("Local",), replay={"nodeids": {}})
+    assert parallel.process_model("recorded", local, elsewhere)[0] == "in-process"
     # an importable class whose calls hold live values: never rebuilt from the files
     imported = [types.SimpleNamespace(name="Imported", function=Imported)]
     live = RecordedTarget("rec", needs_process=("Imported",))

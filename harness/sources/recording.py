@@ -52,7 +52,8 @@ class RecordedTarget:
         files), ``replay`` (re-running its tests) or '' (it cannot: the recording process)."""
         if name not in self.needs_process:
             return "files"
-        return "replay" if self.replay is not None else ""
+        tests = (self.replay or {}).get("nodeids") or {}
+        return "replay" if tests.get(name) else ""  # no test made its calls: nothing to re-run
 
     def worker_config(self) -> dict[str, Any]:
         """What a fresh worker interpreter needs to rebuild the entries (``rebuild``)."""
