@@ -213,7 +213,7 @@ def _run_here(
             print(
                 f"note: process model: {case.entry}: its cases run in this process now (no "
                 "fresh interpreter can make it again); if it kills the process the run ends "
-                "here and the JSON report keeps what finished",
+                "here (a --json report keeps what finished)",
                 flush=True,
             )
         r = run_noted(datas[case.entry], case, ledger, target=target, watch_between=True)
