@@ -25,6 +25,7 @@ environment, the user's own projects included. It therefore:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -119,6 +120,13 @@ def _add_check_options(parser: pytest.Parser) -> None:
         help="with --afdb: only these checks (e.g. vmap,vjp; default all)",
     )
     group.addoption(
+        "--afdb-workers",
+        default=None,
+        metavar="N",
+        help="with --afdb: worker processes for the check, or auto (default: one per Function "
+        "up to the physical cores; 0: in the pytest process)",
+    )
+    group.addoption(
         "--afdb-declare",
         action="append",
         default=[],
@@ -197,7 +205,113 @@ def _configure_check(config: pytest.Config) -> None:
     )
 
 
+#: The ``--afdb-*`` options that take a value, and those whose value is optional.
+VALUE_OPTIONS = (
+    "--afdb-json",
+    "--afdb-markdown",
+    "--afdb-html",
+    "--afdb-junit",
+    "--afdb-expectations",
+    "--afdb-checks",
+    "--afdb-workers",
+    "--afdb-declare",
+    "--afdb-source",
+    "--afdb-ops",
+    "--afdb-max-calls",
+    "--afdb-tensor-limit",
+    "--afdb-total-limit",
+    "--afdb-worker-config",
+)
+OPTIONAL_VALUE_OPTIONS = ("--afdb-record",)
+
+
+#: The value-taking options whose value is a file the run writes or reads.
+FILE_OPTIONS = (
+    "--afdb-json",
+    "--afdb-markdown",
+    "--afdb-html",
+    "--afdb-junit",
+    "--afdb-expectations",
+    "--afdb-record",
+)
+
+
+def space_form_values(args: list[str]) -> list[tuple[str, str]]:
+    """Each ``--afdb-X VALUE`` among ``args`` (the value in its own argument)."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if nxt is None:
+            continue
+        if arg in VALUE_OPTIONS or (arg in OPTIONAL_VALUE_OPTIONS and not nxt.startswith("-")):
+            found.append((arg, nxt))
+    return found
+
+
+def _setup_with(config: pytest.Config, paths: list[str]) -> Any:
+    """(rootdir, ini file) pytest chooses for these test paths, or None where this pytest's
+    ``determine_setup`` cannot be asked."""
+    try:
+        from _pytest.config.findpaths import determine_setup
+
+        found = determine_setup(
+            inifile=config.option.inifilename,
+            override_ini=config.option.override_ini,
+            args=paths,
+            rootdir_cmd_arg=config.option.rootdir or None,
+            invocation_dir=config.invocation_params.dir,
+        )
+    except Exception:  # noqa: BLE001 - another pytest: refuse the space form outright
+        return None
+    return found[0], found[1]
+
+
+def space_form_problem(config: pytest.Config, args: list[str]) -> str:
+    """The one line that refuses an ``--afdb-X VALUE`` whose VALUE, read as a test path (as
+    pytest reads it when it picks its rootdir and ini file, before it loads this plugin),
+    changes them: now, or on the next run, once the report FILE exists. '' when none does.
+    ``--afdb-X=VALUE`` is one argument and never read so."""
+    pairs = space_form_values(args)
+    if not pairs:
+        return ""
+    given = [str(a) for a in config.option.file_or_dir or ()]
+    right = _setup_with(config, given)
+    here = config.invocation_params.dir
+    for option, value in pairs:
+        path = here / value
+        wrong = right is None or (config.rootpath, config.inipath) != right
+        if not wrong:
+            if path.exists():
+                probe = path
+            elif option in FILE_OPTIONS and path.parent.is_dir():
+                probe = path.parent  # the folder FILE will be in: what the next run reads
+            else:
+                continue
+            wrong = _setup_with(config, [*given, str(probe)]) != right
+        if wrong:
+            return (
+                f"{option} {value}: write {option}={value} (one argument): pytest picks its "
+                f"rootdir and ini file before it knows that {option} takes a value, and "
+                f"{value} read as a test path changes them (the project's ini would not be read)"
+            )
+    return ""
+
+
+def _refuse_space_form(config: pytest.Config) -> None:
+    import shlex
+
+    args = [str(a) for a in config.invocation_params.args]
+    with contextlib.suppress(ValueError):  # pytest itself refuses a bad PYTEST_ADDOPTS
+        args = shlex.split(os.environ.get("PYTEST_ADDOPTS", "")) + args
+    line = space_form_problem(config, args)
+    if line:
+        raise pytest.UsageError(line)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _refuse_space_form(config)
     config.addinivalue_line("markers", MARKER)
     config.pluginmanager.register(_NothingChecked(), "afdb-nothing-checked")
     config.pluginmanager.register(_RootCauses(), "afdb-root-causes")

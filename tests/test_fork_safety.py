@@ -143,22 +143,52 @@ def test_the_process_model_where_forking_is_unsafe(monkeypatch):
     class Local:  # a recording's live class a fresh interpreter cannot import
         pass
 
-    imported = [types.SimpleNamespace(function=Imported)]
-    local = [*imported, types.SimpleNamespace(function=Local)]
+    imported = [types.SimpleNamespace(name="Imported", function=Imported)]
+    local = [*imported, types.SimpleNamespace(name="Local", function=Local)]
     monkeypatch.delenv("AFDB_WORKER_ENGINE", raising=False)
     monkeypatch.setattr("harness.engine.forkpool.available", lambda: True)
     monkeypatch.setattr(fork_safety, "hazards", lambda: [])
     assert parallel.process_model("recorded", local) == ("fork", "")
     monkeypatch.setattr(fork_safety, "hazards", lambda: ["a pool is running"])
-    model, line = parallel.process_model("recorded", local)
+    model, line = parallel.process_model("recorded", local[1:])
     assert model == "in-process" and "a pool is running" in line and "/" not in line
     assert line.startswith("process model: cases run in this process")
+    # the importable one in fresh interpreters, the other here, named before it starts
+    model, line = parallel.process_model("recorded", local)
+    assert model == "mixed" and "1 Function in this process" in line
     model, line = parallel.process_model("recorded", imported)
     assert model == "xdist" and line.startswith("process model: cases run in fresh worker")
     model, line = parallel.process_model("afdb")
     assert model == "xdist" and "a pool is running" in line
     monkeypatch.setenv("AFDB_WORKER_ENGINE", "fork")  # the old model, on request
     assert parallel.engine("recorded") == "fork"
+
+
+def test_the_process_model_of_a_recording_by_its_targets_word(monkeypatch):
+    """A recorded target says how a fresh interpreter makes each Function again: from the
+    files, by re-running its tests (live values: harness.plugin.replay), or not at all."""
+    from harness.sources.recording import RecordedTarget
+
+    class Local:
+        pass
+
+    local = [types.SimpleNamespace(name="Local", function=Local)]
+    monkeypatch.delenv("AFDB_WORKER_ENGINE", raising=False)
+    monkeypatch.setattr("harness.engine.forkpool.available", lambda: True)
+    monkeypatch.setattr(fork_safety, "hazards", lambda: ["a pool is running"])
+    tests = {"nodeids": {"Local": ["test_local.py::test_it"]}}
+    replayed = RecordedTarget("rec", needs_process=("Local",), replay=tests)
+    model, line = parallel.process_model("recorded", local, replayed)
+    assert model == "xdist" and "re-running the tests that called them" in line
+    stuck = RecordedTarget("rec", needs_process=("Local",))  # no tests to re-run
+    assert parallel.process_model("recorded", local, stuck)[0] == "in-process"
+    elsewhere = RecordedTarget("rec", needs_process=("Local",), replay={"nodeids": {}})
+    assert parallel.process_model("recorded", local, elsewhere)[0] == "in-process"
+    # an importable class whose calls hold live values: never rebuilt from the files
+    imported = [types.SimpleNamespace(name="Imported", function=Imported)]
+    live = RecordedTarget("rec", needs_process=("Imported",))
+    assert parallel.process_model("recorded", imported, live)[0] == "in-process"
+    assert parallel.process_model("recorded", imported, RecordedTarget("rec"))[0] == "xdist"
 
 
 def test_importable_classes():
@@ -329,7 +359,8 @@ def test_a_class_of_the_test_itself():
 
 def test_pytest_afdb_checks_after_the_tests_started_the_pools(recorded: Path):
     """``pytest --afdb``: the pools run in the pytest process when the check starts, and a
-    class defined in a test cannot be imported by a fresh interpreter: this process."""
+    class defined in a test cannot be imported by a fresh interpreter: the fresh worker
+    interpreters make it again by re-running its test (``harness.plugin.replay``)."""
     (recorded / "test_local.py").write_text(LOCAL_TEST)
     argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "test_hazlib.py"]
     argv += ["test_local.py", "--afdb", "--afdb-checks", "vjp"]
@@ -343,7 +374,8 @@ def test_pytest_afdb_checks_after_the_tests_started_the_pools(recorded: Path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "afdb: process model: cases run in this process" in out, out
+    assert "afdb: process model: cases run in fresh worker interpreters" in out, out
+    assert "1 Function with live values or classes of the tests made there again" in out, out
     for name in (*FUNCTIONS, "test_local:test_a_class_of_the_test_itself.<locals>.PooledSquare"):
         assert any(ln.strip().startswith(name) and "conforms" in ln for ln in out.splitlines()), out
 
@@ -476,7 +508,9 @@ def test_fresh_interpreters_report_progress_while_they_run(monkeypatch):
             f.write(whole)
         return 0, "1 passed"
 
-    monkeypatch.setattr(parallel, "process_model", lambda source="", entries=(): ("xdist", ""))
+    monkeypatch.setattr(
+        parallel, "process_model", lambda source="", entries=(), target=None: ("xdist", "")
+    )
     monkeypatch.setattr(xdist_pool, "run_pool", pool)
     entry = make_entry(Double, plain_samples)
     options = Options(checks=("vjp", "vmap"), timeout_s=30)

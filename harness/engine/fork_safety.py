@@ -164,11 +164,22 @@ def importable(cls: Any) -> bool:
         return False
 
 
-def process_model(source: str = "", entries: Sequence[Any] = ()) -> tuple[str, str]:
-    """``fork``, ``xdist`` (fresh interpreters) or ``in-process``, and where forking is
-    unsafe the one line that says which and why (no paths). A recorded check goes to fresh
-    interpreters only when every entry's class imports there (a recording's live classes
-    may not: then this process)."""
+def cannot_rebuild(entries: Sequence[Any], target: Any = None) -> list[str]:
+    """The entries of a recorded check that no fresh interpreter can make again: by the
+    target's word (``RecordedTarget.rebuilds``: from the recording files, by re-running
+    the tests that called them, or not at all), else by whether their class imports there."""
+    rebuilds = getattr(target, "rebuilds", None)
+    if rebuilds is not None:
+        return [e.name for e in entries if not rebuilds(e.name)]
+    return [e.name for e in entries if not importable(getattr(e, "function", None))]
+
+
+def process_model(
+    source: str = "", entries: Sequence[Any] = (), target: Any = None
+) -> tuple[str, str]:
+    """``fork``, ``xdist`` (fresh interpreters), ``mixed`` (fresh interpreters, and this
+    process for the recorded Functions none can make again) or ``in-process`` (all of them),
+    and where forking is unsafe the one line that says which and why (no paths)."""
     from harness.engine import forkpool
 
     wanted = os.environ.get("AFDB_WORKER_ENGINE", "")
@@ -178,16 +189,33 @@ def process_model(source: str = "", entries: Sequence[Any] = ()) -> tuple[str, s
     if not reason:
         return "fork", ""
     why = f"forking this process is not safe: {reason}"
-    functions = [getattr(e, "function", None) for e in entries]
-    if source == "recorded" and not (functions and all(importable(f) for f in functions)):
+    fresh = f"process model: cases run in fresh worker interpreters, not forked ({why})"
+    if source != "recorded":
+        return "xdist", fresh
+    stuck = cannot_rebuild(entries, target) if entries else ["?"]
+    if stuck and len(stuck) == len(entries or stuck):
         return "in-process", (
             f"process model: cases run in this process, not in forked workers ({why}); "
             "a Function that kills its process ends the run"
         )
-    return "xdist", f"process model: cases run in fresh worker interpreters, not forked ({why})"
+    if stuck:
+        return "mixed", (
+            f"{fresh}; {len(stuck)} Function{'s' if len(stuck) != 1 else ''} in this process "
+            "(a fresh interpreter cannot make them again), each named before it starts"
+        )
+    rebuilds = getattr(target, "rebuilds", None)
+    replayed = [e.name for e in entries if rebuilds is not None and rebuilds(e.name) == "replay"]
+    if replayed:
+        n = len(replayed)
+        fresh += (
+            f"; {n} Function{'s' if n != 1 else ''} with live values or classes of the tests "
+            "made there again by re-running the tests that called them"
+        )
+    return "xdist", fresh
 
 
 __all__ = [
+    "cannot_rebuild",
     "hazards",
     "importable",
     "numba_pool",

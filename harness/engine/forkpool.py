@@ -70,6 +70,24 @@ def available() -> bool:
         return False
 
 
+def exit_signal(pid: int, wait_s: float = 0.5) -> str:
+    """The faults line naming the signal that ended child ``pid`` (reaped here), waiting up to
+    ``wait_s`` for it to end; '' when it is still running, exited, or was reaped already."""
+    from harness.engine.records import signal_line
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return ""
+        if done:
+            return signal_line(status)
+        if time.monotonic() > deadline:
+            return ""
+        time.sleep(0.01)
+
+
 @dataclass
 class _Worker:
     pid: int
@@ -343,10 +361,12 @@ class ForkPool:
 
     def _died(self, worker: _Worker, faults: str = "") -> None:
         """``worker`` ended mid-batch: its current case gets a record, the rest go back."""
+        ended = "" if faults else exit_signal(worker.pid)
         self._retire(worker, kill=True)
         if not faults:
             with contextlib.suppress(OSError), open(worker.faults_path, errors="replace") as f:
                 faults = f.read()
+            faults += ended
         rest = [i for i in worker.batch if i not in self.done]
         dead = None
         if worker.current is not None and worker.current not in self.done:

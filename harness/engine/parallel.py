@@ -22,6 +22,7 @@ from harness.engine.case_state import forget_last_case
 from harness.engine.cases import Case, enumerate_cases
 from harness.engine.cores import parse_workers, reduce_workers
 from harness.engine.entry_progress import FinishedEntries
+from harness.engine.fork_safety import cannot_rebuild
 from harness.engine.fork_safety import process_model as choose_process_model
 from harness.engine.hangs import staticmethod_codes, staticmethod_in_dump
 from harness.engine.isolation import DEFAULT_TIMEOUT_S
@@ -61,10 +62,12 @@ def engine(source: str = "") -> str:
     return process_model(source)[0]
 
 
-def process_model(source: str = "", entries: Sequence[Any] = ()) -> tuple[str, str]:
+def process_model(
+    source: str = "", entries: Sequence[Any] = (), target: Any = None
+) -> tuple[str, str]:
     """The engine (see ``engine``) and, where forking is unsafe, the one line that says what
     runs the cases instead and why (``harness.engine.fork_safety.process_model``)."""
-    return choose_process_model(source, entries)
+    return choose_process_model(source, entries, target)
 
 
 def run_parallel(
@@ -129,19 +132,24 @@ def run_parallel(
         for r in early.values():
             if on_record is not None:
                 on_record(r)
-        model, model_note = process_model(source, entries)
+        model, model_note = process_model(source, entries, target)
         if model_note and to_run:
             print(f"note: {model_note}", flush=True)
+        here: list[Any] = []
+        if model in ("in-process", "mixed"):
+            stuck = set(cannot_rebuild(entries, target)) if model == "mixed" else None
+            here = [c for c in to_run if stuck is None or c.entry in stuck]
+            to_run = [c for c in to_run if stuck is not None and c.entry not in stuck]
+            model = "xdist"
         if not to_run:
             pass
-        elif model == "in-process":
-            _run_here(to_run, datas, target, done, arrived)
         elif model == "fork":
             _run_forked(to_run, datas, options, n, target, done, arrived)
         else:
+            running = {c.entry for c in to_run}
             tail = run_xdist(
                 to_run,
-                runnable_entries(entries, early),
+                [e for e in runnable_entries(entries, early) if e.name in running],
                 options,
                 n,
                 source,
@@ -152,6 +160,8 @@ def run_parallel(
                 backend,
                 finished.arrived if finished is not None else None,
             )
+        if here:  # last: what a Function that ends this process takes down is only itself
+            _run_here(here, datas, target, done, arrived, announce=True)
     except KeyboardInterrupt:
         interrupted = True
     except RunStopped as e:
@@ -188,12 +198,24 @@ def _run_here(
     target: Any,
     done: dict[str, CaseResult],
     on_record: Callable[[CaseResult], None] | None = None,
+    *,
+    announce: bool = False,
 ) -> None:
     """The cases in this process, in order (``--no-isolate``'s way), where forking is not
-    safe and fresh interpreters cannot rebuild the entries."""
+    safe and fresh interpreters cannot rebuild the entries; ``announce``: one line per
+    entry before its first case, so a Function that ends the process is named."""
     ledger = TimeoutLedger()
     forget_last_case()
+    named: set[str] = set()
     for case in cases:
+        if announce and case.entry not in named:
+            named.add(case.entry)
+            print(
+                f"note: process model: {case.entry}: its cases run in this process now (no "
+                "fresh interpreter can make it again); if it kills the process the run ends "
+                "here (a --json report keeps what finished)",
+                flush=True,
+            )
         r = run_noted(datas[case.entry], case, ledger, target=target, watch_between=True)
         done[case.id] = r
         if on_record is not None:

@@ -43,6 +43,22 @@ def case_record(case: Case, status: str, message: str = "", **fields: Any) -> Ca
     )
 
 
+def not_made_record(case_id: str, entry: str, why: str) -> CaseResult:
+    """The record of a case a worker could not make again (its entry, made again by
+    re-running the tests, lacks it): an ``error`` "not run", with why."""
+    parts = case_id.split("/")
+    return CaseResult(
+        id=case_id,
+        entry=entry,
+        check=parts[1] if len(parts) > 1 else "",
+        sample=None,
+        sample_name="",
+        plan=None,
+        status=ERROR,
+        message=f"not run: {why}",
+    )
+
+
 def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
     """The record of an entry whose samples could not be built (no case of it can run)."""
     record = CaseResult(
@@ -62,6 +78,26 @@ def samples_error(entry_name: str, exc: BaseException) -> CaseResult:
     return record
 
 
+#: How a pool that saw its worker's exit status tells ``death_record`` the signal (a line
+#: of its faults text: ``signal_line``).
+SIGNAL_MARK = "afdb: the worker was ended by signal "
+
+
+def signal_line(status: int) -> str:
+    """The faults line for a worker's ``os.waitpid`` status ('' when no signal ended it)."""
+    import os
+    import signal
+
+    if not os.WIFSIGNALED(status):
+        return ""
+    number = os.WTERMSIG(status)
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    return f"{SIGNAL_MARK}{name}\n"
+
+
 def death_record(case: Case, faults: str, options: Options) -> CaseResult:
     """A ``crash`` (or watchdog ``timeout``) record for a case whose worker died."""
     status = CRASH
@@ -79,10 +115,18 @@ def death_record(case: Case, faults: str, options: Options) -> CaseResult:
             (line for line in faults.splitlines() if "Fatal Python error" in line), "a fatal error"
         )
         message = f"the Function killed its process: {first.strip()}{where}"
+    elif SIGNAL_MARK in faults:
+        name = faults.split(SIGNAL_MARK, 1)[1].split()[0]
+        message = (
+            f"the Function's process was killed by {name}"
+            + (" (kill -9, or the out-of-memory killer)" if name == "SIGKILL" else "")
+            + "; the run went on in a fresh worker"
+        )
     else:
         message = (
-            "the Function killed its process (os._exit, a signal, or an abort in native code "
-            "without a Python stack); the run went on in a fresh worker"
+            "the Function ended its process without a fault report: os._exit, or a signal the "
+            "fault handler cannot catch (SIGKILL: kill -9, or the out-of-memory killer); the "
+            "run went on in a fresh worker"
         )
     return case_record(case, status, message, dtype=options_dtype(options))
 

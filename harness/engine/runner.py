@@ -26,6 +26,7 @@ from harness.core.errors import CaseTimeout
 from harness.core.locations import describe_exception
 from harness.core.options import Options
 from harness.core.results import (
+    CRASH,
     ERROR,
     FAIL,
     INTERNAL,
@@ -64,7 +65,12 @@ from harness.engine.isolation import (
 from harness.engine.records import case_record, options_dtype, repro_command, samples_error
 from harness.engine.refusals import refusal
 from harness.engine.sample_cache import EntryData
-from harness.engine.timeouts import TimeoutLedger, hung_message, not_run_message
+from harness.engine.timeouts import (
+    TimeoutLedger,
+    crashed_message,
+    hung_message,
+    not_run_message,
+)
 from harness.plans.plan import DtypeLeg
 
 
@@ -305,7 +311,7 @@ def timed_out_twice(
 ) -> CaseResult | None:
     """The record of a case not run because an earlier timeout says it would hang (else
     None): a staticmethod it calls did not return on its sample, or its (entry, check)
-    timed out twice."""
+    timed out twice; or (``crash``) its (entry, check) killed its worker twice."""
     if case.unsupported:
         return None
     message = ""
@@ -315,15 +321,20 @@ def timed_out_twice(
         name = next((n for n in hung if n in called), None)
         if name is not None:
             message = hung_message(name, case.sample_index, *hung[name])
+    status = TIMEOUT
     if not message:
         ids = ledger.exhausted(case.entry, case.check, refresh=False)
-        if not ids:
+        crashed = ledger.crashed_out(case.entry, case.check)
+        if ids:
+            message = not_run_message(ids)
+        elif crashed:
+            status, message = CRASH, crashed_message(crashed)
+        else:
             return None
-        message = not_run_message(ids)
     options = data.options
     result = case_record(
         case,
-        TIMEOUT,
+        status,
         message,
         reference=get_check(case.check).reference,
         dtype=options_dtype(options, _sample_of(data, case)),

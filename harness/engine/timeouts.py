@@ -30,10 +30,14 @@ import contextlib
 import json
 import os
 
-from harness.core.results import TIMEOUT, CaseResult
+from harness.core.results import CRASH, TIMEOUT, CaseResult
 
 #: Timeouts in one (entry, check) after which its other cases are not run.
 TIMEOUTS_PER_CHECK = 2
+#: Crashes (a worker the Function killed) in one (entry, check) after which its other cases
+#: are not run: each would cost a fresh worker (and, for a Function made again by
+#: re-running tests, that re-run) to learn what two already showed.
+CRASHES_PER_CHECK = 2
 NOT_RUN = "not run: this check timed out twice"
 #: How every case that was not run because of an earlier timeout begins.
 NOT_RUN_PREFIX = "not run: "
@@ -50,6 +54,8 @@ class TimeoutLedger:
         #: By (entry, sample): the staticmethods that did not return, each with the case id
         #: and the limit (the first timeout in it).
         self.hung: dict[tuple[str, int | None], dict[str, tuple[str, float]]] = {}
+        #: By (entry, check): the cases whose worker the Function killed.
+        self.crashed: dict[tuple[str, str], list[str]] = {}
         self._read = 0  # bytes of the file already read
 
     def attach(self, folder: str) -> None:
@@ -73,8 +79,12 @@ class TimeoutLedger:
         return True
 
     def note(self, result: CaseResult, hung_in: str | None = None, seconds: float = 0.0) -> None:
-        """Count ``result`` if it is a timeout of a case that ran; ``hung_in``: the
-        staticmethod that was running when its time ran out (``seconds``: the limit)."""
+        """Count ``result`` if it is a timeout (or a crash) of a case that ran; ``hung_in``:
+        the staticmethod that was running when its time ran out (``seconds``: the limit)."""
+        if result.status == CRASH and not result.message.startswith(NOT_RUN_PREFIX):
+            if self._add_crash(result.entry, result.check, result.id) and self.path:
+                append_line(self.path, crash_line(result.entry, result.check, result.id))
+            return
         if result.status != TIMEOUT or result.message.startswith(NOT_RUN_PREFIX):
             return
         if self._add(result.entry, result.check, result.id) and self.path:
@@ -94,6 +104,18 @@ class TimeoutLedger:
                 },
             )
 
+    def _add_crash(self, entry: str, check: str, case_id: str) -> bool:
+        ids = self.crashed.setdefault((entry, check), [])
+        if case_id in ids:
+            return False
+        ids.append(case_id)
+        return True
+
+    def crashed_out(self, entry: str, check: str) -> list[str]:
+        """The crashed case ids of (entry, check) once there are enough to stop ([] before)."""
+        ids = self.crashed.get((entry, check), [])
+        return ids if len(ids) >= CRASHES_PER_CHECK else []
+
     def _refresh(self) -> None:
         if not self.path:
             return
@@ -111,6 +133,9 @@ class TimeoutLedger:
             for line in data[:end].splitlines():
                 with contextlib.suppress(ValueError, TypeError, KeyError):
                     item = json.loads(line)
+                    if isinstance(item, dict) and "crash" in item:
+                        self._add_crash(str(item["entry"]), str(item["check"]), str(item["crash"]))
+                        continue
                     if isinstance(item, dict):
                         sample = item["sample"]
                         self._add_hang(
@@ -147,6 +172,17 @@ def hung_message(name: str, sample: int | None, case_id: str, seconds: float) ->
     )
 
 
+def crash_line(entry: str, check: str, case_id: str) -> dict[str, str]:
+    return {"crash": case_id, "entry": entry, "check": check}
+
+
+def crashed_message(ids: list[str]) -> str:
+    return (
+        f"{NOT_RUN_PREFIX}this check killed its process twice ({ids[0]} and {ids[1]}), so its "
+        "other cases were not run: they would most likely kill it as well"
+    )
+
+
 def not_run_message(ids: list[str]) -> str:
     return (
         f"{NOT_RUN} ({ids[0]} and {ids[1]}), so its other cases were not run: they would "
@@ -167,7 +203,8 @@ def append_line(path: str, item: object) -> None:
 
 def note_crashed_timeout(folder: str, case_id: str) -> None:
     """pytest-xdist's controller: the worker running ``case_id`` died; if its fault log says
-    the native-hang watchdog killed it, the case timed out: count it in the ledger."""
+    the native-hang watchdog killed it, the case timed out, else it crashed: count it in the
+    ledger."""
     try:
         names = os.listdir(folder)
     except OSError:
@@ -180,15 +217,20 @@ def note_crashed_timeout(folder: str, case_id: str) -> None:
                 if f.read() != case_id:
                     continue
             pid = name[len("running-") : -len(".txt")]
-            with open(os.path.join(folder, f"faults-{pid}.txt"), errors="replace") as g:
-                if "Timeout (" not in g.read():
-                    return
             entry, _, rest = case_id.partition("/")
-            append_line(os.path.join(folder, LEDGER_FILE), [entry, rest.split("/")[0], case_id])
+            check = rest.split("/")[0]
+            with open(os.path.join(folder, f"faults-{pid}.txt"), errors="replace") as g:
+                if "Timeout (" not in g.read():  # the Function killed it: a crash
+                    append_line(
+                        os.path.join(folder, LEDGER_FILE), crash_line(entry, check, case_id)
+                    )
+                    return
+            append_line(os.path.join(folder, LEDGER_FILE), [entry, check, case_id])
             return
 
 
 __all__ = [
+    "CRASHES_PER_CHECK",
     "NOT_RUN",
     "NOT_RUN_PREFIX",
     "TIMEOUTS_PER_CHECK",

@@ -27,8 +27,12 @@ class Suite:
         expectations: Any = None,
         results_dir: str | None = None,
         case_ids: Sequence[tuple[str, str]] | None = None,
+        more: Callable[[str], Any] | None = None,
     ) -> None:
         self.options = options
+        #: Makes an entry this process was not given (``harness.plugin.replay``); why not.
+        self.more = more
+        self.missing: dict[str, str] = {}
         self.target = target
         self.expectations = expectations
         self.results_dir = results_dir
@@ -55,9 +59,18 @@ class Suite:
             self._ids = list(self.cases)
 
     def _load(self, entry_name: str) -> None:
+        from harness.core.errors import UsageError
         from harness.engine.cases import enumerate_cases
         from harness.engine.sample_cache import EntryData
 
+        if entry_name not in self.entries and self.more is not None:
+            if entry_name in self.missing:
+                return
+            try:
+                self.entries[entry_name] = self.more(entry_name)
+            except UsageError as e:
+                self.missing[entry_name] = str(e)
+                return
         data = EntryData(self.entries[entry_name], self.options)
         for case in enumerate_cases(data):
             self.cases[case.id] = (data, case)
@@ -65,12 +78,25 @@ class Suite:
     def ids(self) -> list[str]:
         return list(self._ids)
 
+    def prepare(self, case_id: str) -> None:
+        """Build the case's entry if this process has not yet (outside any case's limit:
+        making an entry again may re-run tests, ``harness.plugin.replay``)."""
+        if case_id not in self.cases and case_id in self._entry_of:
+            self._load(self._entry_of[case_id])
+
     def run(self, case_id: str) -> Any:
+        from harness.engine.records import not_made_record
         from harness.engine.runner import run_noted
         from harness.expectations import apply, skip_result
 
+        self.prepare(case_id)
         if case_id not in self.cases and case_id in self._entry_of:
-            self._load(self._entry_of[case_id])
+            entry = self._entry_of[case_id]
+            why = self.missing.get(entry) or (
+                "re-running the tests that called it did not make this case again "
+                "(a test that draws other shapes or values on each run)"
+            )
+            return not_made_record(case_id, entry, why)
         data, case = self.cases[case_id]
         skipped = skip_result(self.expectations, case)
         if skipped is not None:

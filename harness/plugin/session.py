@@ -25,6 +25,8 @@ from harness.core.errors import UsageError
 
 #: The line that says the cases do not run in forked workers, and why (engine/parallel.py).
 MODEL_NOTE = "note: process model: "
+#: The line that says how many workers the check uses (session/check_phase.py).
+WORKERS_NOTE = "note: workers: "
 
 
 class _Lines(io.TextIOBase):
@@ -121,6 +123,9 @@ class RecordedCheckSession:
             value = self.config.getoption(option, None)
             if value:
                 given[key] = str(value)
+        workers = self.config.getoption("afdb_workers", None)
+        if workers is not None:
+            given["workers"] = str(workers)  # else the cores (session/check_phase.py)
         lines = declare_lines(self.config)
         return Settings(
             recorded=self.directory,
@@ -156,6 +161,10 @@ class RecordedCheckSession:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 xdist = bool(getattr(self.config.option, "numprocesses", None))
                 live = recorder.live_calls() if recorder is not None and not xdist else None
+                if not xdist:  # how a fresh interpreter makes the live values again
+                    from harness.plugin.replay import replay_spec
+
+                    args.replay = replay_spec(self.config, recording)
                 status, result, found = _check(
                     args, recording, classes, got.extend, tty, xdist=xdist, live=live
                 )
@@ -165,8 +174,8 @@ class RecordedCheckSession:
             return
         self.lines = got
         said = "".join(out.text).splitlines()
-        self.model = next(
-            (ln.removeprefix("note: ") for ln in said if ln.startswith(MODEL_NOTE)), ""
+        self.model = "\n".join(
+            ln.removeprefix("note: ") for ln in said if ln.startswith((WORKERS_NOTE, MODEL_NOTE))
         )
         if result is not None:
             from harness.reports.grouping import failure_groups, terminal_lines
@@ -187,8 +196,8 @@ class RecordedCheckSession:
         if self.problem:
             terminalreporter.write_line(f"afdb: {self.problem}")
             return
-        if getattr(self, "model", ""):
-            terminalreporter.write_line(f"afdb: {self.model}")
+        for line in getattr(self, "model", "").splitlines():
+            terminalreporter.write_line(f"afdb: {line}")
         for line in self.lines:
             terminalreporter.write_line(line)
         if self.details:

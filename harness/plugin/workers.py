@@ -31,6 +31,12 @@ def suite_from_config(config: dict[str, Any]) -> Suite:
         from harness.certify.checks import adapt
 
         entries = adapt(Backend.from_spec(config["backend"]), entries)
+    more = None
+    recorded = config.get("recorded") or {}
+    if recorded.get("replay"):  # live values: made again by re-running their tests
+        from harness.plugin.replay import Replay
+
+        more = Replay(recorded).entry
     return Suite(
         entries,
         options,
@@ -38,6 +44,7 @@ def suite_from_config(config: dict[str, Any]) -> Suite:
         expectations=as_expectations(config.get("expectations")),
         results_dir=config["results_dir"],
         case_ids=[tuple(pair) for pair in config["cases"]] if "cases" in config else None,
+        more=more,
     )
 
 
@@ -98,6 +105,7 @@ def worker_cases(config_path: str) -> tuple[list[str], Callable[[str], None]]:
         files = _WORKER_FILES.get(results_dir)
         if files is None:
             files = _WORKER_FILES[results_dir] = WorkerFiles(results_dir)
+        suite.prepare(afdb_case)  # re-running tests (a replay) is no case's time
         files.start(afdb_case)
         limit = suite.options.timeout_s or DEFAULT_TIMEOUT_S
         with watchdog(limit + watchdog_grace(limit), files.faults):

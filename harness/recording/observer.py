@@ -44,6 +44,9 @@ from harness.recording.values import fast_key, snapshot, stored
 
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
+#: Where a stack's program begins for the observer: the worker that re-runs tests under
+#: recording (``harness.plugin.replay``); the suite's frames below it are not a check.
+_BOTTOM = _HARNESS + os.path.join("plugin", "replay.py")
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _METHODS = ("forward", "backward", "vjp", "jvp", "vmap", "setup_context")
 #: Distinct skip reasons kept per Function; more are counted under one reason.
@@ -314,6 +317,8 @@ class Recorder:
                 kind = kinds[code] = _kind(code.co_filename)
             if kind == _SUITE:
                 return True, None, ""
+            if kind == _BOTTOM_KIND:
+                break
             if kind == _USER:
                 caller = caller or f
                 if main is None and f.f_globals.get("__name__") == "__main__":
@@ -535,12 +540,14 @@ class Recorder:
         return self._result
 
 
-_SUITE, _TORCH_OR_US, _USER = 0, 1, 2
+_SUITE, _TORCH_OR_US, _USER, _BOTTOM_KIND = 0, 1, 2, 3
 #: What each code object on a stack is, by its file (looked up once per code object).
 _KINDS: dict[CodeType, int] = {}
 
 
 def _kind(filename: str) -> int:
+    if filename == _BOTTOM:
+        return _BOTTOM_KIND
     if filename.startswith(_HARNESS):
         return _TORCH_OR_US if filename.startswith(_EXEMPT) else _SUITE
     return _TORCH_OR_US if filename.startswith(_TORCH) else _USER

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from harness.core.errors import CliError, RunStopped
 from harness.core.results import CaseResult, RunResult
 from harness.core.textsafe import visible
+from harness.session.journal import Journal, journaled
 from harness.session.outputs import apply_expectations, report_write_failures, write_reports
 from harness.session.progress import Progress, print_summary, print_summary_line
 from harness.session.selection import case_selection, max_fail
@@ -32,6 +33,7 @@ def execute(
     known_entries: set[str] | None = None,
     adjust: Callable[[CaseResult], Any] | None = None,
     before_reports: Callable[[RunResult], Any] | None = None,
+    journal_entries: Sequence[str] | None = None,
 ) -> RunResult:
     """Run the cases in-process or in workers, apply expectations, write reports, print.
 
@@ -41,7 +43,9 @@ def execute(
     source's entry names (for telling a stale expectation from an unselected one);
     ``adjust`` changes a copy of each result before the progress line counts it;
     ``before_reports`` sees the result once the expectations are applied, before the
-    reports are written (``afdb check --recorded`` adds its notes to messages there).
+    reports are written (``afdb check --recorded`` adds its notes to messages there);
+    ``journal_entries``: the entries' names, to rewrite the JSON report as cases finish
+    (``harness.session.journal``: a killed run leaves what finished).
     """
     from harness.engine.metadata import run_metadata
     from harness.engine.runner import run_entries
@@ -56,6 +60,8 @@ def execute(
         except ex.ExpectationsError as e:
             raise CliError(str(e)) from None
     progress = Progress(args.quiet or getattr(args, "no_progress", False), expectations, adjust)
+    journal = _journal(args, options, source, target, started, journal_entries)
+    told_progress = journaled(progress, journal)
     stop = max_fail(args, expectations)
     workers = worker_count(args)
     interrupted = False
@@ -72,7 +78,7 @@ def execute(
                 workers,
                 source=source,
                 target=target,
-                progress=progress,
+                progress=told_progress,
                 expectations=getattr(args, "expectations", None),
                 skip=(lambda case: ex.skip_result(expectations, case)) if expectations else None,
                 collect=cases,
@@ -97,7 +103,7 @@ def execute(
             return True
 
         def told(r: CaseResult) -> None:
-            progress(r)
+            told_progress(r)
             if stop is not None:
                 stop(r)
 
@@ -150,6 +156,31 @@ def execute(
         print(stopped)
     report_write_failures(args, failed)
     return result
+
+
+def _journal(
+    args: argparse.Namespace,
+    options: Options,
+    source: str,
+    target: Any,
+    started: float,
+    entries: Sequence[str] | None,
+) -> Journal | None:
+    """The journal that rewrites ``--json FILE`` as cases finish (None: no JSON asked for,
+    or the caller does not journal), written once now so FILE exists from the start."""
+    path = getattr(args, "json", None)
+    if entries is None or not path:
+        return None
+    from harness.engine.metadata import run_metadata
+
+    def metadata() -> dict[str, Any]:
+        return run_metadata(
+            options, started=started, source=source, target=str(target or "") or None
+        )
+
+    journal = Journal(path, metadata, entries)
+    journal.write()
+    return journal
 
 
 def controller_threads(args: argparse.Namespace) -> None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from harness.core.results import RunResult
 from harness.core.textsafe import visible
+from harness.session.check_phase import default_workers, write_empty_reports
 from harness.session.execute import closing_lines, controller_threads, execute, run_status
 from harness.session.outputs import check_output_paths
 from harness.session.settings import options_from_args
@@ -117,7 +119,7 @@ def check_recording(
     if options.timeout_s is None:
         options = options.replace(timeout_s=DEFAULT_TIMEOUT_S)
     check_output_paths(args)
-    controller_threads(args)
+    started = time.time()
     source = recording_source(args, recording, classes, xdist=xdist)
     # a misspelt or wrong declaration: said after the summary sentence and in the report
     notes = unknown_declaration_notes(
@@ -131,6 +133,8 @@ def check_recording(
     from harness.sources.select import case_prefixes
 
     args.case_prefixes = case_prefixes(entries, [p for p in args.target or () if "/" in p])
+    spread = default_workers(args, entries)  # the machine's cores, unless -n says otherwise
+    controller_threads(args)
     show = lines or _print_lines
     if notes:  # after the summary sentence, wherever the lines go
         show = _then(show, notes)
@@ -143,10 +147,14 @@ def check_recording(
         )
         if options.batch_size_note:
             print(f"batch sizes: {options.batch_size_note}")
+        if spread:
+            print(f"note: workers: {spread}")
     target = RecordedTarget(
         shown,
         tuple(d.text for d in source.declarations.values()),
         default=default_declaration(args),
+        needs_process=source.needs_process(),
+        replay=getattr(args, "replay", None),  # the pytest wing's (harness.plugin.replay)
     )
     result: RunResult | None = None
     if entries:
@@ -166,6 +174,7 @@ def check_recording(
             target=target,
             known_entries={e.name for e in source.entries()},
             before_reports=annotate,
+            journal_entries=[e.name for e in entries],
         )
     found = verdicts(result, recorded)
     hints = surrogate_hints(result, recorded, options)
@@ -178,6 +187,7 @@ def check_recording(
     out.append(summary_sentence(recorded, found))
     show(out)
     if result is None:
+        write_empty_reports(args, options, report_metadata(recorded, found), started)
         print("nothing checked: the recording holds no Function that can be checked here")
         return 5, None, found
     status = run_status(result, args)

@@ -139,7 +139,9 @@ class Settings(argparse.Namespace):
     defaults, then the given ones; the session reads them as it reads a parsed command line."""
 
     def __init__(self, **given: Any) -> None:
-        unknown = sorted(set(given) - set(DEFAULTS) - {"argv", "declare_lines", "live_calls"})
+        unknown = sorted(
+            set(given) - set(DEFAULTS) - {"argv", "declare_lines", "live_calls", "replay"}
+        )
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(unknown)}")
         values = {k: (list(v) if isinstance(v, list) else v) for k, v in DEFAULTS.items()}

@@ -138,14 +138,16 @@ def choose_batch_sizes(
 
 
 def fitted_options(
-    entry: Entry, options: Options, *, fixed_single: bool, fixed_nested: bool
+    entry: Entry, options: Options, *, fixed_single: bool, fixed_nested: bool, spec: Any = None
 ) -> Options:
     """The options a user's Function runs with (``afdb check``, ``harness.check``): its
     samples proven able to call it once with no transform (else one ``UsageError``), batch
-    sizes chosen around them unless fixed, and the notes on its slices and capped samples."""
+    sizes chosen around them unless fixed, and the notes on its slices and capped samples.
+    ``spec``: the target spec the entry was made from, so that a process that cannot fork
+    probes its samples in a fresh interpreter (``harness.sources.probe_elsewhere``)."""
     from harness.sources.user_samples import refuse_unfit_samples, samples_note, slice_notes
 
-    refuse_unfit_samples(entry, options)
+    refuse_unfit_samples(entry, options, spec=spec)
     options = choose_batch_sizes(
         entry, options, fixed_single=fixed_single, fixed_nested=fixed_nested
     )

@@ -40,6 +40,20 @@ class RecordedTarget:
     default: Any = field(default=None, compare=False, repr=False)
     #: (factory, kwargs) that make a class defined inside a function (harness.sources.rebuild).
     rebuild: Any = None
+    #: The Functions a fresh interpreter cannot make again from the recording files (live
+    #: values, or a class it cannot import): ``RecordingSource.needs_process``.
+    needs_process: tuple[str, ...] = ()
+    #: How a fresh interpreter makes them again: re-running the tests that called them
+    #: under recording (the pytest wing's ``harness.plugin.replay``), else None.
+    replay: Any = field(default=None, compare=False, repr=False)
+
+    def rebuilds(self, name: str) -> str:
+        """How a fresh worker interpreter gets entry ``name``: ``files`` (the recording
+        files), ``replay`` (re-running its tests) or '' (it cannot: the recording process)."""
+        if name not in self.needs_process:
+            return "files"
+        tests = (self.replay or {}).get("nodeids") or {}
+        return "replay" if tests.get(name) else ""  # no test made its calls: nothing to re-run
 
     def worker_config(self) -> dict[str, Any]:
         """What a fresh worker interpreter needs to rebuild the entries (``rebuild``)."""
@@ -52,6 +66,8 @@ class RecordedTarget:
             "declarations": list(self.declarations),
             "gradient": getattr(default, "gradient", "derivative"),
             "capabilities": dict(getattr(default, "capabilities", {}) or {}),
+            "needs_process": list(self.needs_process),
+            "replay": self.replay,
         }
 
     def cli_args(self) -> list[str]:
@@ -146,6 +162,28 @@ class RecordingSource:
             out.extend(h for h in hits if h not in out)
         return out
 
+    def needs_process(self) -> tuple[str, ...]:
+        """The Functions checked here that a fresh interpreter cannot make again from the
+        recording files: a call holds a live value, or the class is not importable there
+        (defined in a test or a function, or in ``__main__``)."""
+        from harness.engine.fork_safety import importable
+        from harness.recording.live import Live, placeholders
+
+        found = []
+        calls = {f.target: f.calls for f in self.recording.functions}
+        ops = {f.target for f in self.recording.functions if f.kind == "custom_op"}
+        for r in self.recorded():
+            if r.entry is None:
+                continue
+            live = any(
+                isinstance(h, Live)
+                for c in calls.get(r.target, ())
+                for h in placeholders([c.args, c.kwargs])
+            )
+            if live or (r.target not in ops and not importable(r.entry.function)):
+                found.append(r.target)
+        return tuple(found)
+
     def unknown_declarations(self) -> list[str]:
         """Declared targets the recording does not hold (a typo, or a Function never called)."""
         known = {r.target for r in self.recorded()}
@@ -167,6 +205,8 @@ def rebuild(config: Mapping[str, Any], names: Sequence[str]) -> tuple[list[Any],
     source = RecordingSource(
         load_recording(config["path"]), declarations=declarations, default=default
     )
-    by_name = {e.name: e for e in source.entries()}
+    # made again elsewhere (harness.plugin.replay), never from the files, which lack them
+    apart = set(config.get("needs_process") or ())
+    by_name = {e.name: e for e in source.entries() if e.name not in apart}
     target = RecordedTarget(config["directory"], tuple(config["declarations"]), default=default)
     return [by_name[n] for n in names if n in by_name], target

@@ -183,4 +183,5 @@ class TargetSource:
             options,
             fixed_single=bool(self.spec.batch_size),
             fixed_nested=bool(self.spec.nested_batch_sizes),
+            spec=self.spec,
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -366,13 +367,30 @@ def base_samples(entry: Entry, options: Options) -> list[Sample]:
     return samples
 
 
-def refuse_unfit_samples(entry: Entry, options: Options) -> None:
+def refuse_unfit_samples(entry: Entry, options: Options, *, spec: Any = None) -> None:
     """``SamplesError`` when a sample cannot call the Function with no transform at all
-    (``harness.engine.probe``, in a forked child where it can): one line naming the sample,
-    the call and the exception, with a hint when the source looked like one sample."""
+    (``harness.engine.probe``, in a forked child where it can; where this process cannot
+    fork, in a fresh interpreter made from ``spec``, ``harness.sources.probe_elsewhere``):
+    one line naming the sample, the call and the exception, with a hint when the source
+    looked like one sample."""
+    from harness.engine.fork_safety import unsafe_reason
+    from harness.engine.forkpool import available
     from harness.engine.probe import probe_samples, refusal_line
 
-    refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s)
+    unsafe = available() and unsafe_reason()
+    if unsafe and spec is not None:
+        from harness.sources.probe_elsewhere import probe_in_fresh_interpreter
+
+        refusal = probe_in_fresh_interpreter(spec, options)
+    else:
+        if unsafe:  # a Function passed as an object: nothing else can make it again
+            print(
+                f"note: process model: the samples' plain calls of {entry.name} run in this "
+                f"process (forking it is not safe: {unsafe}; a Function passed as an object "
+                "cannot be made again in a fresh interpreter)",
+                file=sys.stderr,
+            )
+        refusal = probe_samples(entry, base_samples(entry, options), options.timeout_s)
     if refusal is None:
         return
     cap = getattr(entry.samples, "cap", None)
