@@ -119,6 +119,13 @@ def _add_check_options(parser: pytest.Parser) -> None:
         help="with --afdb: only these checks (e.g. vmap,vjp; default all)",
     )
     group.addoption(
+        "--afdb-cache-clear",
+        action="store_true",
+        default=False,
+        help="with --afdb: forget the cached verdicts and check every Function afresh "
+        "(pytest's --cache-clear does too)",
+    )
+    group.addoption(
         "--afdb-declare",
         action="append",
         default=[],

@@ -128,15 +128,20 @@ def check_recording(
         default=default_declaration(args),
     )
     result: RunResult | None = None
+    from harness.session import verdict_cache
+
+    reuse = verdict_cache.split(args, options, directory, recorded, source.live)
     if entries:
 
         def annotate(res: RunResult) -> None:
             note_never_differentiated(res, recorded, options)
             one_declaration_repros(res, recorded, recording, classes)
+            if reuse is not None:
+                reuse.merge(res)  # the fresh cases stored, the cached ones added
             res.metadata["recorded"] = report_metadata(recorded, verdicts(res, recorded))
 
         result = execute(
-            entries,
+            reuse.entries if reuse is not None else entries,
             options,
             args,
             source="recorded",
@@ -150,9 +155,13 @@ def check_recording(
         dataclasses.replace(v, line=f"{v.line}; {hints[v.target]}") if v.target in hints else v
         for v in found
     ]
+    if reuse is not None:
+        found = [dataclasses.replace(v, line=reuse.note(v.line, v.target)) for v in found]
     width = max([len(v.target) for v in found] + [8])
     out = [f"  {visible(v.target, keep_newlines=False):<{width}}  {v.line}" for v in found]
     out.append(summary_sentence(recorded, found))
+    if reuse is not None:
+        out.append(reuse.summary(len(entries)))
     show(out)
     if result is None:
         print("nothing checked: the recording holds no Function that can be checked here")
