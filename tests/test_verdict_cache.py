@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,29 @@ class Cube(torch.autograd.Function):
         return grad * 3 * x**2
 
 
+def factor():
+    return 2.0
+
+
+class Step(torch.autograd.Function):
+    """``x * fn()`` for a function passed in (recorded by reference); its backward assumes
+    the factor is 2, which holds for ``factor`` as it is."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, fn):
+        return x * fn()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2.0, None
+
+
 class RoundSTE(torch.autograd.Function):
     """Rounds; its backward passes the gradient straight through (not round's derivative)."""
 
@@ -92,7 +116,7 @@ class RoundSTE(torch.autograd.Function):
 
 TESTS = """
 import torch
-from mylib.ops import Cube, Double, RoundSTE
+from mylib.ops import Cube, Double, RoundSTE, Step, factor
 
 
 def _x():
@@ -109,6 +133,10 @@ def test_cube():
 
 def test_round():
     RoundSTE.apply(_x()).sum().backward()
+
+
+def test_step():
+    Step.apply(_x(), factor).sum().backward()
 """
 
 
@@ -184,6 +212,44 @@ def test_a_helper_in_another_module_of_its_package_counts(tmp_path: Path):
     assert package(util.replace("return x\n", "return -x\n")) == base
 
 
+FACTORY = """
+import torch
+
+
+def make(f):
+    class Wrapper(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return f(x)
+
+    return Wrapper
+
+
+def sin(x):
+    return torch.sin(x)
+
+
+def cos(x):
+    return torch.cos(x)
+
+
+SIN = make(sin)
+"""
+
+
+def test_a_class_a_factory_made_counts_the_function_it_was_given(tmp_path: Path):
+    """Two classes of one factory share their source: what their closures hold tells
+    them apart, and a change to the function given changes the digest."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "afdb_digest_mod.py").write_text(FACTORY)
+    mod: Any = _import(folder, "afdb_digest_mod")
+    assert code_digest(mod.make(mod.sin)) != code_digest(mod.make(mod.cos))
+    base = _digest_of(tmp_path, FACTORY, "SIN")
+    assert _digest_of(tmp_path, FACTORY.replace("torch.sin(x)", "torch.sin(2 * x)"), "SIN") != base
+    assert _digest_of(tmp_path, FACTORY.replace("torch.cos(x)", "torch.cos(2 * x)"), "SIN") == base
+
+
 def test_a_class_without_source_is_never_cached():
     namespace: dict = {}
     exec(  # a class made from a string has no file to read
@@ -219,6 +285,9 @@ def run(cwd: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+ALL = {"Double", "Cube", "RoundSTE", "Step"}
+
+
 def line_of(out: str, name: str) -> str:
     prefix = f"  mylib.ops:{name} "
     found = [ln for ln in out.splitlines() if ln.startswith(prefix)]
@@ -233,7 +302,8 @@ def cache_line(out: str) -> str:
 
 
 def reused(out: str) -> set[str]:
-    return {n for n in ("Double", "Cube", "RoundSTE") if line_of(out, n).endswith("from the cache")}
+    names = ("Double", "Cube", "RoundSTE", "Step")
+    return {n for n in names if line_of(out, n).endswith("from the cache")}
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -249,16 +319,17 @@ def test_a_rerun_reuses_what_did_not_change_and_rechecks_what_did(project: Path)
     assert first.returncode == 1, out + first.stderr
     assert line_of(out, "RoundSTE").startswith("FAIL: ")
     assert "conforms (" in line_of(out, "Double") and "conforms (" in line_of(out, "Cube")
+    assert "conforms (" in line_of(out, "Step")
     assert reused(out) == set()
-    assert cache_line(out).startswith("verdict cache: 0 of 3 verdicts reused; checked: 3 not in")
+    assert cache_line(out).startswith("verdict cache: 0 of 4 verdicts reused; checked: 4 not in")
     first_cases = json.loads((project / "r.json").read_text())["cases"]
 
     # nothing changed: every verdict reused; the cached failure still fails, reproducibly
     again = run(project)
     out = again.stdout
     assert again.returncode == 1, out + again.stderr
-    assert reused(out) == {"Double", "Cube", "RoundSTE"}
-    assert cache_line(out).startswith("verdict cache: 3 of 3 verdicts reused (")
+    assert reused(out) == ALL
+    assert cache_line(out).startswith("verdict cache: 4 of 4 verdicts reused (")
     assert line_of(out, "RoundSTE").startswith("FAIL: ")
     assert "    reproduce: afdb repro mylib.ops:RoundSTE/vjp/" in out
     report = json.loads((project / "r.json").read_text())
@@ -267,6 +338,7 @@ def test_a_rerun_reuses_what_did_not_change_and_rechecks_what_did(project: Path)
         "mylib.ops:Cube",
         "mylib.ops:Double",
         "mylib.ops:RoundSTE",
+        "mylib.ops:Step",
     ]
 
     # unrelated changes: a comment outside the Functions, a function none calls, another module
@@ -274,18 +346,18 @@ def test_a_rerun_reuses_what_did_not_change_and_rechecks_what_did(project: Path)
     edit(project / "mylib" / "ops.py", "return x + 1", "return x + 2")
     (project / "mylib" / "other.py").write_text("VALUE = 2\n")
     out = run(project).stdout
-    assert reused(out) == {"Double", "Cube", "RoundSTE"}, out
+    assert reused(out) == ALL, out
 
     # a helper Double calls: Double alone is checked again
     edit(project / "mylib" / "ops.py", "return x * SCALE\n", "return SCALE * x\n")
     out = run(project).stdout
-    assert reused(out) == {"Cube", "RoundSTE"}, out
+    assert reused(out) == ALL - {"Double"}, out
     assert "checked: 1 whose code changed" in cache_line(out)
 
     # Cube's own code: a planted bug in its backward is found, not read from the cache
     edit(project / "mylib" / "ops.py", "grad * 3 * x**2", "grad * 2 * x**2")
     out = run(project).stdout
-    assert reused(out) == {"Double", "RoundSTE"}, out
+    assert reused(out) == ALL - {"Cube"}, out
     assert line_of(out, "Cube").startswith("FAIL: ")
 
     # Cube's recorded calls (the test's input)
@@ -295,14 +367,20 @@ def test_a_rerun_reuses_what_did_not_change_and_rechecks_what_did(project: Path)
         ("def test_cube():\n    Cube.apply(_x() * 0.5)"),
     )
     out = run(project).stdout
-    assert reused(out) == {"Double", "RoundSTE"}, out
+    assert reused(out) == ALL - {"Cube"}, out
     assert "checked: 1 whose recorded calls changed" in cache_line(out)
+
+    # the function Step's calls pass (recorded by reference): its wrong backward now shows
+    edit(project / "mylib" / "ops.py", "return 2.0\n", "return 3.0\n")
+    out = run(project).stdout
+    assert reused(out) == ALL - {"Step"}, out
+    assert line_of(out, "Step").startswith("FAIL: ")
 
     # a declaration: RoundSTE's gradient is declared custom, and its verdict follows
     with (project / "pytest.ini").open("a") as f:
         f.write("afdb_declare =\n    mylib.ops:RoundSTE gradient=custom\n")
     out = run(project).stdout
-    assert reused(out) == {"Double", "Cube"}, out
+    assert reused(out) == ALL - {"RoundSTE"}, out
     assert "checked: 1 whose declaration changed" in cache_line(out)
     assert "conforms (" in line_of(out, "RoundSTE")
 
@@ -312,7 +390,7 @@ def test_cache_clear_options_start_afresh(project: Path):
     for option in ("--afdb-cache-clear", "--cache-clear"):
         out = run(project, option).stdout
         assert reused(out) == set(), (option, out)
-    assert reused(run(project).stdout) == {"Double", "Cube", "RoundSTE"}
+    assert reused(run(project).stdout) == ALL
     # without pytest's cache provider there is no cache, and no cache line
     off = run(project, "-p", "no:cacheprovider").stdout
     assert reused(off) == set() and "verdict cache:" not in off

@@ -436,8 +436,8 @@ def terminal_lines(
     all), the first few ids and the repro of the first.
     """
     lines: list[str] = []
-    shown, folded = shown_groups(groups, limit)
-    for g in shown:
+    blocks, folded = shown_groups(groups, limit)
+    for g in blocks:
         first = g.first
         if g.count == 1:
             lines.append(f"  {g.status.upper()} {visible(first.id, keep_newlines=False)}")

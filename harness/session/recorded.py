@@ -130,7 +130,7 @@ def check_recording(
     result: RunResult | None = None
     from harness.session import verdict_cache
 
-    reuse = verdict_cache.split(args, options, directory, recorded, source.live)
+    reuse = verdict_cache.split(args, options, directory, recorded)
     if entries:
 
         def annotate(res: RunResult) -> None:

@@ -10,12 +10,15 @@ cache"). The key of one Function is the sha256 of:
   the options (checks, seed, dtype, batch sizes, plan cap, timeout...), the expectations
   file's bytes, the default declaration, the recording's folder as shown;
 * the Function's part (``function_key``): its code (``harness.sources.code_digest``: the
-  class, and what its methods reference in its own package, transitively), what its
-  declaration made of it (gradient, capabilities, tolerances, dtypes), and the digest of
-  its recorded calls (its part of ``recording.json`` and the bytes of its tensor file).
+  class, and what its methods reference in its own package, transitively), the code of
+  what its calls name (a module-level function passed by reference, the types of its
+  enums, dataclasses, tensor subclasses), what its declaration made of it (gradient,
+  capabilities, tolerances, dtypes), and the digest of its recorded calls (its part of
+  ``recording.json`` and the bytes of its tensor file).
 
-Never cached: a Function whose source cannot be read, one checked with live values of the
-recording process (they are not in the recording's bytes), one with a timeout, crash or
+Never cached: a Function whose source cannot be read, one whose calls hold live values of
+the recording process or a module-level object that is not plain data (neither is in the
+recording's bytes), one with a timeout, crash or
 internal case (those depend on the machine's load or on the suite), a run that selected
 cases or Functions, or that was interrupted or stopped early. A cached failure stays a
 failure: its cases, messages and repro commands are the stored ones.
@@ -28,7 +31,8 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,7 +112,7 @@ def suite_digest() -> str:
 
         h = hashlib.sha256()
         for package in (harness, autograd_function_db):
-            root = Path(package.__file__).parent
+            root = Path(package.__file__ or "").parent
             for path in sorted(root.rglob("*.py")):
                 h.update(path.relative_to(root).as_posix().encode() + b"\0")
                 with contextlib.suppress(OSError):
@@ -146,9 +150,10 @@ def run_key(args: Any, options: Any, directory: str) -> str:
     )
 
 
-def recorded_data(directory: str) -> dict[str, str]:
-    """The digest of each Function's recorded calls: its part of ``recording.json`` and its
-    tensor file's bytes (the recording was validated when it was loaded)."""
+def recorded_data(directory: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Each Function's recorded calls as (the digest of its part of ``recording.json`` and
+    its tensor file's bytes, the module-level objects its calls pass by reference); the
+    recording was validated when it was loaded."""
     from harness.recording.store import INDEX, TENSOR_DIR
 
     folder = Path(directory)
@@ -156,7 +161,7 @@ def recorded_data(directory: str) -> dict[str, str]:
         doc = json.loads((folder / INDEX).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
     for fn in doc.get("functions", ()) if isinstance(doc, dict) else ():
         if not isinstance(fn, dict) or not isinstance(fn.get("target"), str):
             continue
@@ -166,17 +171,88 @@ def recorded_data(directory: str) -> dict[str, str]:
             if os.path.basename(name) != name or name in ("", ".", ".."):
                 continue
             tensors = _file_sha(str(folder / TENSOR_DIR / name))
-        out[fn["target"]] = _sha(fn, tensors)
+        out[fn["target"]] = (_sha(fn, tensors), tuple(sorted(set(_refs(fn.get("calls"))))))
     return out
 
 
-def function_key(recorded: Any, data: str, run: str) -> dict[str, str] | None:
+#: Nodes that name a type of the program by ``module:QualName`` (harness.recording.kinds,
+#: live), and the field holding it: the type's code decides what the Function gets.
+_NAMED = {"ref": "target", "enum": "type", "namedtuple": "type", "dataclass": "type"}
+_NAMED_SUBCLASS = ("subclass", "class")
+#: A value only the recording process held: the recording's bytes do not describe it.
+LIVE = "<live>"
+
+
+def _refs(node: Any) -> list[str]:
+    """The ``module:QualName`` the nodes under ``node`` name (references, the types of
+    enums, namedtuples, dataclasses and tensor subclasses), and ``LIVE`` for a live value."""
+    if isinstance(node, list):
+        return [r for item in node for r in _refs(item)]
+    if not isinstance(node, dict):
+        return []
+    out = []
+    for key, value in node.items():
+        if key == "live" and isinstance(value, dict):
+            out.append(LIVE)
+            continue
+        field_name = _NAMED.get(key) or (_NAMED_SUBCLASS[1] if key == _NAMED_SUBCLASS[0] else "")
+        if field_name and isinstance(value, dict) and isinstance(value.get(field_name), str):
+            out.append(value[field_name])
+        out.extend(_refs(value))
+    return out
+
+
+def _referenced(target: str) -> Any:
+    """The object a recorded reference names, from the modules this process has imported
+    (the check imported them to rebuild the calls); None when it is not there."""
+    module, _, qual = target.partition(":")
+    obj: Any = sys.modules.get(module)
+    for part in qual.split(".") if obj is not None else ():
+        obj = vars(obj).get(part) if hasattr(obj, "__dict__") else None
+        if obj is None:
+            return None
+    return obj
+
+
+def _refs_digest(refs: Sequence[str]) -> str | None:
+    """The code of the functions and classes the calls name (a vector field given to an
+    ODE step is the Function's code too), plain data by value; None when one cannot be
+    read or is an object whose state the recording does not hold."""
+    from harness.sources.code_digest import NoSource, code_digest, plain_value
+
+    parts = []
+    for ref in refs:
+        obj = _referenced(ref)
+        if obj is None:
+            return None
+        if isinstance(obj, (type, types.FunctionType)):
+            try:
+                parts.append([ref, code_digest(obj)])
+            except (NoSource, RecursionError):
+                return None
+            continue
+        value = plain_value(obj)
+        if value is None:
+            return None
+        parts.append([ref, value])
+    return _sha(parts)
+
+
+def function_key(
+    recorded: Any, data: tuple[str, tuple[str, ...]] | None, run: str
+) -> dict[str, str] | None:
     """One Function's key (``key``) and its parts by what they stand for (a miss names
     the part that changed), or None when it cannot be cached (see the module docstring)."""
     from harness.sources.code_digest import NoSource, code_digest
 
     entry = recorded.entry
     if entry is None or not data or recorded.live_only:
+        return None
+    calls, refs = data
+    if LIVE in refs:
+        return None
+    passed = _refs_digest(refs)
+    if passed is None:
         return None
     objects = [entry.function, *entry.helper_functions]
     if entry.custom_op is not None:
@@ -205,7 +281,12 @@ def function_key(recorded: Any, data: str, run: str) -> dict[str, str] | None:
         list(recorded.inside),
         list(recorded.places),
     ]
-    parts = {"settings": run, "code": code, "declaration": _sha(made), "calls": _sha(shape, data)}
+    parts = {
+        "settings": run,
+        "code": _sha(code, passed),
+        "declaration": _sha(made),
+        "calls": _sha(shape, calls),
+    }
     return {"key": _sha(parts), **parts}
 
 
@@ -222,7 +303,7 @@ CHANGED = {
 _OTHER = {
     "new": "not in the cache",
     "live": "checked with live values (never cached)",
-    "never": "whose source cannot be read (never cached)",
+    "never": "not cacheable (no source, or an object passed by reference)",
 }
 
 
@@ -325,7 +406,6 @@ def split(
     options: Any,
     directory: str,
     recorded: Sequence[Any],
-    live: Mapping[str, Any] | None = None,
 ) -> Reuse | None:
     """The run's use of ``args.verdict_cache`` (a ``VerdictStore``), or None when the run
     does not use one (none given, or a selection: a part of a Function's cases)."""
@@ -339,9 +419,9 @@ def split(
         if r.entry is None:
             continue
         parts = None
-        is_live = r.target in (live or {}) or bool(r.live_only)
+        is_live = LIVE in data.get(r.target, ("", ()))[1] or bool(r.live_only)
         if not is_live:
-            parts = function_key(r, data.get(r.target, ""), run)
+            parts = function_key(r, data.get(r.target), run)
         doc = store.read(r.target) if parts else None
         stored = _cases(doc, r.target, parts["key"]) if parts else None
         if stored is not None:

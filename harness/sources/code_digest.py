@@ -5,7 +5,8 @@ transitively, what its methods reference there: module-level functions and class
 source), plain data (``PLANTED = frozenset(...)``, ``EPS = 1e-6``: its value, so a setting
 read from the environment at import counts), and the same for names imported from other
 modules of the Function's own top-level package (``from .utils import helper``,
-``utils.helper``). A Function whose source cannot be read (built in a string, a C
+``utils.helper``), and what the closures of its methods hold (a class a factory makes
+around the function it was given). A Function whose source cannot be read (built in a string, a C
 extension) has no digest: it is never cached.
 
 What it does not see (docs/pytest-plugin.md, "the verdict cache"): other packages' code
@@ -86,6 +87,19 @@ def _package(module_name: str) -> str:
     return module_name.split(".", 1)[0]
 
 
+def _functions(obj: Any) -> list[types.FunctionType]:
+    """``obj`` itself when a function, else the functions of a class's namespace
+    (static and class methods unwrapped)."""
+    if isinstance(obj, types.FunctionType):
+        return [obj]
+    out = []
+    for value in vars(obj).values() if isinstance(obj, type) else ():
+        fn = getattr(value, "__func__", value)
+        if isinstance(fn, types.FunctionType):
+            out.append(fn)
+    return out
+
+
 class _Digest:
     """The walk over a Function's code: each object read once, parts in a fixed order."""
 
@@ -107,6 +121,13 @@ class _Digest:
         module = sys.modules.get(getattr(obj, "__module__", "") or "")
         where = f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', '')}"
         self.parts[f"code {where}"] = source
+        for fn in _functions(obj):  # a class made by a factory: what its closures hold
+            for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
+                try:
+                    held = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                self.value(f"{where}.<closure {var}>", held)
         names, attrs = _names(source)
         if module is None:
             return
@@ -116,8 +137,9 @@ class _Digest:
                 self.value(f"{module.__name__}.{name}", scope[name])
         for base, attr in sorted(attrs):
             target = scope.get(base)
-            own = isinstance(target, types.ModuleType) and self.own(target.__name__)
-            if own and hasattr(target, attr):
+            if not isinstance(target, types.ModuleType) or not self.own(target.__name__):
+                continue
+            if hasattr(target, attr):
                 self.value(f"{target.__name__}.{attr}", getattr(target, attr))
 
     def value(self, label: str, value: Any) -> None:
@@ -157,4 +179,9 @@ def code_digest(*objects: Any) -> str:
     return h.hexdigest()
 
 
-__all__ = ["NoSource", "code_digest"]
+def plain_value(value: Any) -> str | None:
+    """The canonical text of plain data (what the digest keeps of it), else None."""
+    return _plain(value)
+
+
+__all__ = ["NoSource", "code_digest", "plain_value"]
