@@ -214,14 +214,17 @@ def _referenced(target: str) -> Any:
     return obj
 
 
-def _refs_digest(refs: Sequence[str]) -> str | None:
+def _refs_digest(refs: Sequence[str], package: str) -> str | None:
     """The code of the functions and classes the calls name (a vector field given to an
-    ODE step is the Function's code too), plain data by value; None when one cannot be
-    read or is an object whose state the recording does not hold."""
+    ODE step is the Function's code too), plain data by value, another package's by name;
+    None when one cannot be read or is an object whose state the recording lacks."""
     from harness.sources.code_digest import NoSource, code_digest, plain_value
 
     parts = []
     for ref in refs:
+        if ref.split(":", 1)[0].split(".", 1)[0] != package:
+            parts.append([ref, "another package's"])  # by name, as code_digest keys it
+            continue
         obj = _referenced(ref)
         if obj is None:
             return None
@@ -251,7 +254,7 @@ def function_key(
     calls, refs = data
     if LIVE in refs:
         return None
-    passed = _refs_digest(refs)
+    passed = _refs_digest(refs, recorded.target.split(":", 1)[0].split(".", 1)[0])
     if passed is None:
         return None
     objects = [entry.function, *entry.helper_functions]
@@ -292,7 +295,7 @@ def function_key(
 
 #: What a changed part of a key means, for the summary's line.
 CHANGED = {
-    "settings": "the suite, torch or the options changed",
+    "settings": "after a change to the suite, torch or the options",
     "code": "whose code changed",
     "declaration": "whose declaration changed",
     "calls": "whose recorded calls changed",
