@@ -18,8 +18,11 @@ Function reads, and code reached through attributes of objects rather than names
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
+import linecache
+import os
 import sys
 import textwrap
 import types
@@ -37,10 +40,59 @@ class NoSource(Exception):
 
 
 def _source(obj: Any) -> str:
+    if isinstance(obj, type):
+        found = _class_source(obj)
+        if found is not None:
+            return found
     try:
         return textwrap.dedent(inspect.getsource(obj))
     except (OSError, TypeError) as e:
         raise NoSource(f"{getattr(obj, '__qualname__', obj)!r}: {e}") from None
+
+
+def _class_source(cls: type) -> str | None:
+    """A class's source from its module's file parsed once (``inspect.getsource`` parses
+    the whole file again for every class); None to let ``inspect`` try."""
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return None
+    try:
+        spans = _class_spans(path, os.stat(path).st_mtime_ns)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    span = spans.get(cls.__qualname__)
+    if span is None:
+        return None
+    lines = linecache.getlines(path)
+    return textwrap.dedent("".join(lines[span[0] - 1 : span[1]])) if lines else None
+
+
+@functools.lru_cache(maxsize=64)
+def _class_spans(path: str, _mtime: int) -> dict[str, tuple[int, int]]:
+    """Every class of a file by qualified name: (first line with decorators, last line);
+    a name defined twice is left out (which one runs is not known here)."""
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read())
+    spans: dict[str, tuple[int, int]] = {}
+    twice: set[str] = set()
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                if name in spans:
+                    twice.add(name)
+                spans[name] = (first, child.end_lineno or child.lineno)
+                walk(child, f"{name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                walk(child, f"{prefix}{child.name}.<locals>.")
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    return {k: v for k, v in spans.items() if k not in twice}
 
 
 def _names(source: str) -> tuple[set[str], set[tuple[str, str]]]:
