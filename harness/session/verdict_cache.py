@@ -218,7 +218,7 @@ def _refs_digest(refs: Sequence[str], package: str) -> str | None:
     """The code of the functions and classes the calls name (a vector field given to an
     ODE step is the Function's code too), plain data by value, another package's by name;
     None when one cannot be read or is an object whose state the recording lacks."""
-    from harness.sources.code_digest import NoSource, code_digest, plain_value
+    from harness.sources.code_digest import code_digest, plain_value
 
     parts = []
     for ref in refs:
@@ -231,7 +231,7 @@ def _refs_digest(refs: Sequence[str], package: str) -> str | None:
         if isinstance(obj, (type, types.FunctionType)):
             try:
                 parts.append([ref, code_digest(obj)])
-            except (NoSource, RecursionError):
+            except Exception:  # noqa: BLE001 - NoSource, or code that cannot be read
                 return None
             continue
         value = plain_value(obj)
@@ -246,7 +246,7 @@ def function_key(
 ) -> dict[str, str] | None:
     """One Function's key (``key``) and its parts by what they stand for (a miss names
     the part that changed), or None when it cannot be cached (see the module docstring)."""
-    from harness.sources.code_digest import NoSource, code_digest
+    from harness.sources.code_digest import code_digest
 
     entry = recorded.entry
     if entry is None or not data or recorded.live_only:
@@ -265,7 +265,7 @@ def function_key(
         objects = [fn]
     try:
         code = code_digest(*objects)
-    except (NoSource, RecursionError):
+    except Exception:  # noqa: BLE001 - NoSource, or code that cannot be read: never cached
         return None
     made = [
         getattr(recorded.declaration, "text", ""),

@@ -205,7 +205,10 @@ class _Digest:
             else:  # another package's class or function: by name (its version is not seen)
                 self.parts.setdefault(f"name {label}", f"{value.__module__}:{value.__qualname__}")
             return
-        wrapped = getattr(value, "__wrapped__", None)  # functools.wraps, lru_cache
+        try:
+            wrapped = getattr(value, "__wrapped__", None)  # functools.wraps, lru_cache
+        except Exception:  # noqa: BLE001 - an object whose attributes raise: by its type
+            wrapped = None
         if isinstance(wrapped, types.FunctionType) and self.own(wrapped.__module__ or ""):
             self.code(wrapped)
             return
