@@ -127,6 +127,13 @@ def _add_check_options(parser: pytest.Parser) -> None:
         "up to the physical cores; 0: in the pytest process)",
     )
     group.addoption(
+        "--afdb-cache-clear",
+        action="store_true",
+        default=False,
+        help="with --afdb: forget the cached verdicts and check every Function afresh "
+        "(pytest's --cache-clear does too)",
+    )
+    group.addoption(
         "--afdb-declare",
         action="append",
         default=[],

@@ -92,6 +92,54 @@ def test_the_html_report_gives_cases_of_one_cause_one_group():
     assert len(set(group)) == 5  # the passes, then the four failure groups
 
 
+def _many_functions(n: int, repro_first: bool = True) -> list[CaseResult]:
+    """``n`` failing Functions with two root causes each (a wrong vjp, a raising jvp)."""
+    out = []
+    for i in range(n):
+        wrong = case(f"pkg:F{i}", "vjp", "", "fail", "vjp: the gradient differs from FD")
+        raised = case(f"pkg:F{i}", "jvp", "", "error", "ValueError: boom (at f.py:3 in jvp)")
+        if not repro_first:
+            wrong.repro = ""
+        out += [wrong, raised]
+    return out
+
+
+def test_a_long_list_folds_root_causes_never_a_function():
+    """12 failing Functions, 24 root causes, a list of 10: each Function keeps its block
+    and its reproduce line; what is folded is the second cause of some of them."""
+    lines = terminal_lines(failure_groups(_many_functions(12)), limit=10)
+    for i in range(12):
+        assert f"    reproduce: afdb repro 'pkg:F{i}/vjp/s0/'" in lines
+    assert sum(ln.startswith("  FAIL ") or ln.startswith("  ERROR ") for ln in lines) == 12
+    assert lines[-1] == (
+        "  ... 12 more root causes (12 cases) of 12 Functions, shown above; in the reports "
+        "(--json, --markdown)"
+    )
+    # its twin: a list long enough shows every cause, and folds nothing
+    lines = terminal_lines(failure_groups(_many_functions(3)), limit=10)
+    assert sum(ln.startswith("    reproduce: ") for ln in lines) == 6
+    assert not lines[-1].startswith("  ... ")
+
+
+def test_a_function_is_shown_by_a_cause_it_can_reproduce():
+    """A Function whose first cause has no reproducer is shown by one that has (when
+    only one of its causes fits); with a reproducer on both, by its first."""
+    lines = terminal_lines(failure_groups(_many_functions(12, repro_first=False)), limit=10)
+    for i in range(12):
+        assert f"    reproduce: afdb repro 'pkg:F{i}/jvp/s0/'" in lines
+    shown = terminal_lines(failure_groups(_many_functions(12)), limit=10)
+    assert "    reproduce: afdb repro 'pkg:F11/jvp/s0/'" not in shown
+
+
+def test_the_markdown_report_folds_causes_never_a_function():
+    text = "\n".join(
+        report.failures_markdown(RunResult(_many_functions(12)), max_groups=10, max_message=200)
+    )
+    for i in range(12):
+        assert f"reproduce: `afdb repro 'pkg:F{i}/vjp/s0/'`" in text
+    assert "12 more root causes (12 cases) of 12 Functions, shown above" in text
+
+
 class TestPinnedMessages(expecttest.TestCase):
     """The grouped summaries, as a user reads them."""
 
@@ -108,10 +156,10 @@ class TestPinnedMessages(expecttest.TestCase):
     contract in_dims=(None,1),B=4: vmap rule of Rot (info.batch_size=4, in_dims=(None, 1)), output 0: size 2 at out_dim 1, info.batch_size 4
     cases: Rot/contract/s0/in_dims=(None,1),B=4, Rot/contract/s0/in_dims=(1,-1),B=4
     reproduce: afdb repro 'Rot/contract/s0/in_dims=(None,1),B=4'
-  ERROR Rot/jvp/s0/
-    ValueError: boom (at rot.py:12 in jvp)
-    reproduce: afdb repro 'Rot/jvp/s0/'
-  ... 1 more root cause (1 case) in the reports (--json, --markdown)""",
+  FAIL Other/vmap/s0/in_dims=(None,1),B=4
+    vmap in_dims=(None,1),B=4 (Function under vmap vs loop over slices), output 0: shape (2, 4, 3), reference (4, 2, 3) -- same sizes in another order
+    reproduce: afdb repro 'Other/vmap/s0/in_dims=(None,1),B=4'
+  ... 1 more root cause (1 case) of Rot, shown above; in the reports (--json, --markdown)""",
         )
 
     def test_run_summary(self):

@@ -147,6 +147,9 @@ class RecordedCheckSession:
         show = _shower(reporter) if tty and reporter is not None else None
         try:
             args = self._settings()
+            from harness.plugin.cache import verdict_store
+
+            args.verdict_cache = verdict_store(self.config)  # harness.session.verdict_cache
             from harness.recording import load_recording
 
             recording = load_recording(self.directory)

@@ -391,10 +391,44 @@ def message_headline(text: str, limit: int = HEADLINE_CHARS) -> str:
     return f"{line}; {MORE_IN_REPORTS}" if cut else line
 
 
+def shown_groups(groups: list[Group], limit: int) -> tuple[list[Group], list[Group]]:
+    """The groups a bounded list shows, and the ones it folds: every entry's first group
+    (its first with a reproducer, where it has one) whatever ``limit`` says, then the
+    others in order while fewer than ``limit`` are shown; both in the groups' order. A long
+    list folds root causes of Functions it shows, never a Function."""
+    first: dict[str, Group] = {}
+    for g in groups:
+        held = first.get(g.entry)
+        if held is None or (not held.repro and g.repro):
+            first[g.entry] = g
+    chosen = {id(g) for g in first.values()}
+    for g in groups:
+        if len(chosen) >= limit:
+            break
+        chosen.add(id(g))
+    return [g for g in groups if id(g) in chosen], [g for g in groups if id(g) not in chosen]
+
+
+def folded_text(folded: list[Group]) -> str:
+    """``3 more root causes (24 cases) of mylib:A and mylib:B, shown above``."""
+    entries = list(dict.fromkeys(g.entry for g in folded))
+    whose = (
+        " and ".join(visible(e, keep_newlines=False) for e in entries)
+        if len(entries) <= 2
+        else f"{len(entries)} Functions"
+    )
+    cases = sum(g.count for g in folded)
+    return (
+        f"{plural(len(folded), 'more root cause')} ({plural(cases, 'case')}) of {whose}, "
+        "shown above"
+    )
+
+
 def terminal_lines(
     groups: list[Group], *, limit: int, message_chars: int = 800, message_lines: int = 12
 ) -> list[str]:
-    """The terminal's failure blocks: one per root cause, at most ``limit`` of them.
+    """The terminal's failure blocks: one per root cause, at most ``limit`` of them, but
+    one at least for every entry (``shown_groups``: cases are folded, never an entry).
 
     A group of one case reads as the case itself; a larger one gives its count and checks,
     the headline of its first case's message (``message_headline``; the message's further
@@ -402,7 +436,8 @@ def terminal_lines(
     all), the first few ids and the repro of the first.
     """
     lines: list[str] = []
-    for g in groups[:limit]:
+    blocks, folded = shown_groups(groups, limit)
+    for g in blocks:
         first = g.first
         if g.count == 1:
             lines.append(f"  {g.status.upper()} {visible(first.id, keep_newlines=False)}")
@@ -426,11 +461,6 @@ def terminal_lines(
             lines.append(f"    cases: {visible(ids_text(g), keep_newlines=False)}")
         if g.repro:
             lines.append(f"    reproduce: {visible(g.repro, keep_newlines=False)}")
-    if len(groups) > limit:
-        more = groups[limit:]
-        cases = sum(g.count for g in more)
-        lines.append(
-            f"  ... {plural(len(more), 'more root cause')} ({plural(cases, 'case')}) in the "
-            "reports (--json, --markdown)"
-        )
+    if folded:
+        lines.append(f"  ... {folded_text(folded)}; in the reports (--json, --markdown)")
     return lines

@@ -23,7 +23,14 @@ from harness.core.safe_io import output_target
 from harness.core.signals import deferred_signals
 from harness.core.state_notes import verdict_note
 from harness.core.textsafe import visible
-from harness.reports.grouping import failure_groups, headline, plural, root_cause
+from harness.reports.grouping import (
+    failure_groups,
+    folded_text,
+    headline,
+    plural,
+    root_cause,
+    shown_groups,
+)
 
 
 def _file_mode(path: Path) -> int:
@@ -311,7 +318,8 @@ def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -
         f"## Failures ({plural(cases, 'case')}, {plural(len(groups), 'root cause')})",
         "",
     ]
-    for g in groups[:max_groups]:
+    shown, folded = shown_groups(groups, max_groups)
+    for g in shown:
         what = (
             code_span(g.first.id)
             if g.count == 1
@@ -324,12 +332,8 @@ def failures_markdown(result: RunResult, *, max_groups: int, max_message: int) -
             lines.append(f"  - cases: {_ids_markdown([c.id for c in g.cases], shown=3)}")
         if g.repro:
             lines.append(f"  - reproduce: {code_span(g.repro)}")
-    if len(groups) > max_groups:
-        rest = groups[max_groups:]
-        lines.append(
-            f"- ... and {plural(len(rest), 'more root cause')} "
-            f"({plural(sum(g.count for g in rest), 'case')}; see the JSON report)"
-        )
+    if folded:
+        lines.append(f"- ... and {md_escape(folded_text(folded))} (see the JSON report)")
     return lines
 
 

@@ -157,17 +157,22 @@ def check_recording(
         replay=getattr(args, "replay", None),  # the pytest wing's (harness.plugin.replay)
     )
     result: RunResult | None = None
+    from harness.session import verdict_cache
+
+    reuse = verdict_cache.split(args, options, directory, recorded)
     if entries:
 
         def annotate(res: RunResult) -> None:
             note_never_differentiated(res, recorded, options)
             one_declaration_repros(res, recorded, recording, classes)
+            if reuse is not None:
+                reuse.merge(res)  # the fresh cases stored, the cached ones added
             res.metadata["recorded"] = report_metadata(recorded, verdicts(res, recorded))
             if notes:
                 res.metadata["recorded"]["notes"] = notes
 
         result = execute(
-            entries,
+            reuse.entries if reuse is not None else entries,
             options,
             args,
             source="recorded",
@@ -182,9 +187,13 @@ def check_recording(
         dataclasses.replace(v, line=f"{v.line}; {hints[v.target]}") if v.target in hints else v
         for v in found
     ]
+    if reuse is not None:
+        found = [dataclasses.replace(v, line=reuse.note(v.line, v.target)) for v in found]
     width = max([len(v.target) for v in found] + [8])
     out = [f"  {visible(v.target, keep_newlines=False):<{width}}  {v.line}" for v in found]
     out.append(summary_sentence(recorded, found))
+    if reuse is not None:
+        out.append(reuse.summary(len(entries)))
     show(out)
     if result is None:
         write_empty_reports(args, options, report_metadata(recorded, found), started)
