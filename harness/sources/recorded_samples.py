@@ -27,7 +27,7 @@ import torch
 from autograd_function_db.entry import Sample
 from harness.plans.pytrees import Keys, leaves, map_leaves
 from harness.plans.slices import derive_seed, sample_seed
-from harness.sources.user_samples import cast_sample
+from harness.sources.user_samples import cast_sample, finite_noise
 
 #: Slices whose seed is known, per level: indices below this, up to this many levels.
 _WIDTH, _LEVELS = 8, 3
@@ -59,20 +59,6 @@ def _structure(args: tuple[Any, ...]) -> str:
         else:
             parts.append(f"{keys}:{type(v).__qualname__}:{v!r}")
     return "|".join(parts)
-
-
-def _noise(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    x = a.detach()
-    if x.numel() == 0:
-        return x.clone()
-    scale = float(x.abs().double().mean()) or 1.0
-    if x.is_complex():
-        re = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        im = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        noisy = x.to(torch.complex128) + 0.1 * scale * torch.complex(re, im)
-    else:
-        noisy = x.double() + 0.1 * scale * torch.randn(x.shape, generator=gen, dtype=torch.float64)
-    return noisy.to(x.dtype)
 
 
 def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -153,7 +139,7 @@ class RecordedSamples:
             if (i, *keys) not in chosen:
                 return v
             if v.is_floating_point() or v.is_complex():
-                return _noise(v, gen)
+                return finite_noise(v, gen)
             return _shuffled(v, gen) if v.numel() > 1 else v
 
         def per_arg(i: int, a: Any) -> Any:
