@@ -78,8 +78,8 @@ from harness.checks.first_order import (
     compare_jvp,
     draw_cotangents,
     draw_tangents,
-    either_reference,
     fd_identity_check,
+    forward_derivative,
     jvp_references,
 )
 from harness.checks.gauge import same_function
@@ -331,7 +331,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
         )
         findings.outcome(name, before)
     if custom:
-        return either_reference(ctx, "eager_jvp", by_name, findings)
+        return forward_derivative(ctx, "eager_jvp", by_name, findings)
     findings.raise_if_any()
     return fd.FD_REFERENCE
 

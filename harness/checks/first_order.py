@@ -64,6 +64,42 @@ FORWARD_DERIVATIVE_NEITHER = (
 )
 
 
+FORWARD_REVERSE_DISAGREE = (
+    "forward and reverse mode disagree: the jvp matches finite differences (the true "
+    "derivative) but not the custom backward's Jacobian, so <jvp(t), c> != <t, vjp(c)> and "
+    "jacfwd and jacrev give different Jacobians of the same Function; make the jvp follow the "
+    "backward's rule, or declare jvp=true-derivative if forward mode is meant to differ"
+)
+DECLARED_TRUE_DERIVATIVE = (
+    "declared jvp=true-derivative: the jvp is checked against finite differences only "
+    "(forward and reverse mode differ by design)"
+)
+
+
+def forward_derivative(
+    ctx: CaseContext, check: str, by_name: dict[str, Findings], contract: Findings
+) -> str:
+    """``gradient="custom"``, first order (``jvp``, ``jacfwd``, ``eager_jvp``): the jvp must
+    follow the custom backward (the transpose identity ``<jvp(t), c> = <t, vjp(c)>`` holds
+    for every Function, whatever its rule), unless the entry declares
+    ``jvp=true-derivative``, where it must be the true derivative (finite differences)."""
+    fd_found = by_name.get(fd.FD_REFERENCE)
+    rule_found = by_name.get(EAGER_CUSTOM_REFERENCE)
+    if ctx.entry.caps.jvp_true_derivative and fd_found is not None:
+        ctx.notes.append(f"{check}: {DECLARED_TRUE_DERIVATIVE}")
+        contract.raise_if_any()
+        fd_found.raise_if_any()
+        return fd.FD_REFERENCE
+    if fd_found is None or rule_found is None or not rule_found.problems:
+        return either_reference(ctx, check, by_name, contract)
+    if fd_found.problems or (fd_found.fd_excluded and not fd_found.fd_compared):
+        return either_reference(ctx, check, by_name, contract)  # neither: says so
+    contract.raise_if_any()
+    rule_found.problems.insert(0, f"{check}: {FORWARD_REVERSE_DISAGREE}")
+    rule_found.raise_if_any()
+    return ""
+
+
 def either_reference(
     ctx: CaseContext,
     check: str,
@@ -359,7 +395,7 @@ def run_jvp(ctx: CaseContext) -> str:
         )
         findings.outcome(name, before)
     if custom:
-        return either_reference(ctx, "jvp", by_name, findings)
+        return forward_derivative(ctx, "jvp", by_name, findings)
     findings.raise_if_any()
     return fd.FD_REFERENCE
 
@@ -548,6 +584,6 @@ def run_jacobian(ctx: CaseContext, kind: str) -> str:
                     ref[k][m],
                 )
     if by_name:
-        return either_reference(ctx, kind, by_name, findings)
+        return forward_derivative(ctx, kind, by_name, findings)
     findings.raise_if_any()
     return refs[0][1]
