@@ -226,7 +226,10 @@ def _fixed_note(r: RecordedEntry) -> str:
     which = ", ".join(map(str, args))
     word = "argument" if len(args) == 1 else "arguments"
     it = "it" if len(args) == 1 else "them"
-    return f"; {word} {which} as recorded in every batch slice (no call differentiated {it})"
+    return (
+        f"; {word} {which} as recorded in every batch slice (the forward refused {it} with "
+        "distinct values)"
+    )
 
 
 #: Why a reached Function could not be checked, as the summary counts it.
