@@ -79,9 +79,9 @@ from harness.checks.first_order import (
     draw_cotangents,
     draw_tangents,
     fd_identity_check,
-    forward_derivative,
     jvp_references,
 )
+from harness.checks.forward_reverse import forward_derivative
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
