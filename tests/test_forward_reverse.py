@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import harness
+from harness.cli.main import main
 from harness.core.errors import UsageError
 from harness.sources.declare import parse_declaration
 
@@ -93,3 +94,12 @@ def test_the_declaration_line():
     assert d.gradient == "custom" and d.capabilities == {"jvp_true_derivative": True}
     with pytest.raises(UsageError, match="jvp=true-derivative"):
         parse_declaration("mylib.ops:RoundSTE jvp=zero")
+
+
+def test_the_command_line_flag(capsys):
+    spec = "tests/test_forward_reverse.py"
+    argv = ["check", f"{spec}:TrueJvpRound", "--samples", f"{spec}:samples"]
+    argv += ["--gradient", "custom", "--checks", "jvp", "-n", "0"]
+    assert main(argv) == 1
+    assert "forward and reverse mode disagree" in capsys.readouterr().out
+    assert main([*argv, "--jvp", "true-derivative"]) == 0
