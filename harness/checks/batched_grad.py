@@ -172,13 +172,13 @@ def run_vmap_of_autograd_grad(ctx: CaseContext) -> str:
         try:
             loop = [grad(*(c.clone() for c in s)) for s in per_slice]
         except Exception as exc:
-            _own_dtype_only(plan, exc, "backward")
             if refuses_grad(exc):  # reentrant checkpointing: only .backward() works
                 raise Unsupported(
                     "the Function refuses torch.autograd.grad (only .backward() differentiates "
                     f"it: {describe_exception(exc, limit=200)}), and torch.autograd.grad with "
                     "is_grads_batched is what this check runs; its users call .backward()"
                 ) from exc
+            _own_dtype_only(plan, exc, "backward")
             raise ReferenceRaised(
                 "the reference raised, not the transform under test: per-slice eager "
                 f"torch.autograd.grad raised {describe_exception(exc)}. Eager backward of the "
