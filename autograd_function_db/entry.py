@@ -88,6 +88,10 @@ class Capabilities:
     nondiff_args: tuple[int, ...] = ()
     randomness: bool = False
     once_differentiable: bool = False
+    #: ``gradient=custom`` with a jvp that is deliberately the true derivative while the
+    #: backward follows the custom rule (declared ``jvp=true-derivative``): forward and
+    #: reverse mode then differ by design, and the jvp is checked against finite differences.
+    jvp_true_derivative: bool = False
     #: ``double_backward=True`` was given explicitly: the Function claims double backward, so
     #: torch refusing it (an ``out=`` op in backward) is its ``error``, not ``unsupported``.
     double_backward_declared: bool = False

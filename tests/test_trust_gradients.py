@@ -52,22 +52,36 @@ def assert_all_pass(result, allowed=("pass", "unsupported")):
 # --- section 2: custom gradients -------------------------------------------------------------
 
 
-def test_rotation_fit_true_derivative_jvp_passes_in_custom_mode():
-    # The false alarm: its jvp is the true derivative, not the custom backward's Jacobian,
-    # so a suite that holds jvp to the backward reports it broken.
+def test_rotation_fit_true_derivative_jvp_passes_in_custom_mode_when_declared():
+    # Its jvp is the true derivative, not the custom backward's Jacobian: jacfwd and jacrev
+    # disagree. Issue 42: forward and reverse mode must agree unless the Function declares
+    # jvp=true-derivative; declared, the jvp is held to finite differences.
     (q,) = R.quaternion_samples(0)[0]
     t = torch.randn_like(q)
     _, jvp_out = torch.func.jvp(R.NormalizeQuaternion.apply, (q,), (t,))
     jac = torch.func.jacrev(R.NormalizeQuaternion.apply)(q)
     assert not torch.allclose(jvp_out, torch.einsum("abij,ij->ab", jac, t))
 
-    result = harness.check(R.NormalizeQuaternion, R.quaternion_samples, gradient="custom")
+    result = harness.check(
+        R.NormalizeQuaternion,
+        R.quaternion_samples,
+        gradient="custom",
+        jvp_true_derivative=True,
+    )
     assert_all_pass(result)
     checks = by_check(result)
     for name in ("jvp", "jacfwd"):
         (case,) = checks[name]
         assert case.reference == "finite differences (float64)"
-        assert "matches finite differences (float64)" in case.message
+        assert "declared jvp=true-derivative" in case.message
+
+    undeclared = harness.check(
+        R.NormalizeQuaternion, R.quaternion_samples, gradient="custom", checks=DIRECT
+    )
+    checks = by_check(undeclared)
+    for name in ("jvp", "jacfwd"):
+        (case,) = checks[name]
+        assert case.status == "fail" and "forward and reverse mode disagree" in case.message
 
 
 def test_rotation_fit_twin_with_a_wrong_jvp_matches_neither():
@@ -199,8 +213,10 @@ def test_dropout_twin_that_redraws_its_mask_fails():
 )
 def test_fixtures_pass_at_float32_with_a_10x_margin(monkeypatch, fn, samples):
     monkeypatch.setattr(dtype_tolerance, "MARGIN", 0.1)
-    gradient = "custom" if fn is R.NormalizeQuaternion else "derivative"
-    assert_all_pass(harness.check(fn, samples, dtype="float32", gradient=gradient, checks=DIRECT))
+    # NormalizeQuaternion: a custom (tangent-space) backward beside a true-derivative jvp
+    declared = {"gradient": "custom", "jvp_true_derivative": True}
+    kw = declared if fn is R.NormalizeQuaternion else {}
+    assert_all_pass(harness.check(fn, samples, dtype="float32", checks=DIRECT, **kw))
 
 
 def test_examples_pass_at_float32_with_a_10x_margin(monkeypatch):

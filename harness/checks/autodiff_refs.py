@@ -440,6 +440,13 @@ def eager_outputs(
     return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outs), marked
 
 
+def note_held_fixed(ctx: CaseContext, args: Sequence[Any], diff: Sequence[int]) -> None:
+    """The case's note on differentiated inputs with non-finite elements (``fd.held_fixed``)."""
+    held = fd.nonfinite_inputs_note([a if i in diff else None for i, a in enumerate(args)])
+    if held and held not in ctx.notes:
+        ctx.notes.append(held)
+
+
 def diff_view(ctx: CaseContext) -> DiffView:
     entry = ctx.entry
     args = ctx.slices.args()
@@ -456,6 +463,7 @@ def diff_view(ctx: CaseContext) -> DiffView:
             + (" outside nondiff_args" if fixed else "")
             + ": nothing to differentiate"
         )
+    note_held_fixed(ctx, args, diff)
     flat = FlatCall(all_outputs(entry, flat=False))
     outputs, marked = eager_outputs(flat, args, diff)
     # Autograd tracks only the top-level tensors of a Function's outputs: leaves nested in
@@ -495,6 +503,7 @@ def sample_view(ctx: CaseContext) -> DiffView:
         view, verdict = hit
         if verdict is not None:
             raise verdict[0](verdict[1])
+        note_held_fixed(ctx, view.args, view.diff)
         return view  # type: ignore[no-any-return]
     try:
         view = diff_view(ctx)

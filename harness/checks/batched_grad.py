@@ -103,6 +103,23 @@ def _stack(parts: Sequence[torch.Tensor], dim: int) -> torch.Tensor:
     return torch.stack(list(parts), dim=normalize_dim(dim, parts[0].dim() + 1))
 
 
+def _reraise(exc: BaseException) -> Any:
+    raise exc
+
+
+def _own_dtype_only(plan: CastPlan, exc: BaseException, what: str) -> None:
+    """The cast leg (``,float64``) of a Function that raises at that dtype: ``unsupported``,
+    naming the raise; its own dtype (which ran the sample's plain call) is what the plans
+    without the cast check, so nothing is hidden (a raise there is its ``error``)."""
+    if not plan.dtype_name:
+        return
+    raise Unsupported(
+        f"the {plan.dtype_name} leg: the Function's {what} raises on the sample cast to "
+        f"{plan.dtype_name} ({describe_exception(exc, limit=200)}) while it runs at the "
+        "sample's own dtype: the plans without the cast check it there"
+    ) from exc
+
+
 def run_vmap_of_autograd_grad(ctx: CaseContext) -> str:
     plan = ctx.plan
     assert isinstance(plan, CastPlan)
@@ -131,7 +148,11 @@ def run_vmap_of_autograd_grad(ctx: CaseContext) -> str:
         call = list(args)
         for i, x in zip(view.diff, leaves):
             call[i] = x
-        outs = attempt("eager call", restricted(entry, call, view.diff, view.outs), *leaves)
+        try:
+            outs = restricted(entry, call, view.diff, view.outs)(*leaves)
+        except Exception as exc:
+            _own_dtype_only(plan, exc, "forward")
+            outs = attempt("eager call", _reraise, exc)
         connected = [
             k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad
         ]
@@ -157,6 +178,7 @@ def run_vmap_of_autograd_grad(ctx: CaseContext) -> str:
                     f"it: {describe_exception(exc, limit=200)}), and torch.autograd.grad with "
                     "is_grads_batched is what this check runs; its users call .backward()"
                 ) from exc
+            _own_dtype_only(plan, exc, "backward")
             raise ReferenceRaised(
                 "the reference raised, not the transform under test: per-slice eager "
                 f"torch.autograd.grad raised {describe_exception(exc)}. Eager backward of the "

@@ -78,10 +78,10 @@ from harness.checks.first_order import (
     compare_jvp,
     draw_cotangents,
     draw_tangents,
-    either_reference,
     fd_identity_check,
     jvp_references,
 )
+from harness.checks.forward_reverse import forward_derivative
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
@@ -331,7 +331,7 @@ def run_eager_jvp(ctx: CaseContext) -> str:
         )
         findings.outcome(name, before)
     if custom:
-        return either_reference(ctx, "eager_jvp", by_name, findings)
+        return forward_derivative(ctx, "eager_jvp", by_name, findings)
     findings.raise_if_any()
     return fd.FD_REFERENCE
 

@@ -43,6 +43,7 @@ def _direction(primals: Sequence[torch.Tensor], tangents: Sequence[Any]) -> list
             out.append(None)
             continue
         r = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        r = torch.where(torch.isfinite(x.detach()), r, torch.zeros_like(r))  # held fixed
         out.append(r.to(x.dtype) if x.is_complex() else r)
     return out
 
@@ -84,7 +85,11 @@ def measured_eps(
         return cached[1]
     direction = _direction(primals, tangents)
     scale = max(
-        (float(x.abs().max()) for x, d in zip(primals, direction) if d is not None and x.numel()),
+        (
+            float(x.abs()[d != 0].max())
+            for x, d in zip(primals, direction)
+            if d is not None and bool((d != 0).any())
+        ),
         default=1.0,
     )
     estimates = []

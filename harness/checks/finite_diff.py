@@ -34,6 +34,7 @@ identity ``<J t, c> = <t, J^T c>`` with random directions ``t`` (large ones).
 
 from __future__ import annotations
 
+import math
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -164,7 +165,7 @@ def directional(
     derivatives: ``J t`` of the map on C = R^2 (what torch's forward mode computes).
     """
     primals = list(primals)
-    tangents = [None if t is None else _wide(t) for t in tangents]
+    tangents = held_fixed(primals, [None if t is None else _wide(t) for t in tangents])
     with torch.no_grad():
         raw = list(fn(*primals))
     outputs = [_wide(o) for o in raw]
@@ -203,6 +204,54 @@ def _precision(
     return found, base
 
 
+def held_fixed(
+    primals: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor | None]
+) -> list[torch.Tensor | None]:
+    """``tangents`` with 0 where the primal is not finite (a masked logit's ``-inf``, a NaN):
+    finite differences step only finite elements. ``x + h t`` is ``x`` there for every
+    finite step, so the reference's derivative in them is 0: the limit of a derivative where
+    the outputs stay finite (a forward that converges as ``x -> -inf`` has a derivative
+    that goes to 0); ``nonfinite_inputs_note`` says so in the case."""
+    out: list[torch.Tensor | None] = []
+    for x, t in zip(primals, tangents):
+        if t is None or not isinstance(x, torch.Tensor) or x.shape != t.shape:
+            out.append(t)
+            continue
+        finite = torch.isfinite(x.detach())
+        out.append(t if bool(finite.all()) else torch.where(finite, t, torch.zeros_like(t)))
+    return out
+
+
+def nonfinite_inputs_note(primals: Sequence[Any], names: Sequence[str] | None = None) -> str:
+    """The case's line for differentiated inputs that hold non-finite elements ("" if none)."""
+    parts = []
+    for i, x in enumerate(primals):
+        if not is_differentiable_dtype(x) or x.numel() == 0:
+            continue
+        bad = ~torch.isfinite(x.detach())
+        count = int(bad.sum())
+        if not count:
+            continue
+        kinds = sorted({_nonfinite_kind(v) for v in x.detach()[bad].reshape(-1)[:64]})
+        name = names[i] if names is not None and i < len(names) else f"input {i}"
+        parts.append(f"{name} holds {count} non-finite element(s) ({', '.join(kinds)})")
+    if not parts:
+        return ""
+    return (
+        "; ".join(parts)
+        + ": where the reference is finite differences, they step only finite elements and "
+        "hold these fixed, so their derivative is compared with 0 (the limit where the "
+        "outputs stay finite), not differentiated"
+    )
+
+
+def _nonfinite_kind(v: torch.Tensor) -> str:
+    z = complex(v)
+    if math.isnan(z.real) or math.isnan(z.imag):
+        return "nan"
+    return "-inf" if z.real < 0 or z.imag < 0 else "inf"
+
+
 def _decade(x: torch.Tensor) -> torch.Tensor:
     """``floor(log10(max(1, |x_e|)))`` per element (0 where ``x_e`` is not finite)."""
     magnitude = x.detach().abs().to(torch.float64).clamp(min=1.0)
@@ -231,7 +280,7 @@ def scale_groups(
                 part.append(None)
                 continue
             part.append(torch.where(mask, t, torch.zeros_like(t)))
-            moved = x.detach().abs().to(torch.float64)[mask]
+            moved = x.detach().abs().to(torch.float64)[mask & (t != 0)]
             scale = max(scale, float(moved.max()) if moved.numel() else 1.0)
         if any(p is not None for p in part):
             groups.append((scale, part))
@@ -265,6 +314,12 @@ def jacobian(
         cols: list[list[tuple[torch.Tensor, fd_error.Estimate]]] = [[] for _ in outputs]
         flat = x.reshape(-1)
         for e in range(x.numel()):
+            if not math.isfinite(abs(complex(flat[e]))):
+                # held fixed (``held_fixed``): f(x + h e) is f(x) for every finite h
+                for j, o in enumerate(outputs):
+                    zero = torch.zeros_like(o)
+                    cols[j].append((zero, fd_error.Estimate(zero, zero)))
+                continue
             h = base * max(1.0, abs(float(flat[e])))
             tangent = torch.zeros_like(x).reshape(-1)
             tangent[e] = 1.0

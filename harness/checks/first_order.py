@@ -32,6 +32,7 @@ from harness.checks.catalogue import (
     CaseContext,
     Unsupported,
 )
+from harness.checks.forward_reverse import forward_derivative
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
 from harness.checks.references import (
@@ -52,55 +53,6 @@ def _reraise(e: BaseException) -> None:
 
 
 # --- jvp -------------------------------------------------------------------------------------
-
-
-FORWARD_DERIVATIVE_WHY = {
-    fd.FD_REFERENCE: "gradient=custom: a jvp that is the true derivative is accepted",
-    EAGER_CUSTOM_REFERENCE: "gradient=custom: a jvp that follows the custom backward is accepted",
-}
-FORWARD_DERIVATIVE_NEITHER = (
-    "gradient=custom: the forward derivative (jvp) matches neither finite differences "
-    "(the true derivative) nor the custom backward's Jacobian"
-)
-
-
-def either_reference(
-    ctx: CaseContext,
-    check: str,
-    by_name: dict[str, Findings],
-    contract: Findings,
-    *,
-    what: str = "the Function's forward derivative",
-    why: dict[str, str] | None = None,
-    neither: str = FORWARD_DERIVATIVE_NEITHER,
-) -> str:
-    """``gradient="custom"``: a result passes when it matches **either** reference in
-    ``by_name`` (first order: finite differences, for a true-derivative jvp, or the custom
-    backward's Jacobian, for a jvp that follows the custom rule); the case says which.
-    ``contract`` holds the problems that fail the case whichever reference."""
-    why = FORWARD_DERIVATIVE_WHY if why is None else why
-    contract.raise_if_any()
-    vacuous: Findings | None = None  # a reference that compared nothing (all not comparable)
-    for name, found in by_name.items():
-        if not found.problems:
-            if found.fd_excluded and not found.fd_compared:
-                vacuous = vacuous or found
-                continue
-            found.settle()
-            reason = f" ({why[name]})" if name in why else ""
-            ctx.notes.append(f"{check}: {what} matches {name}{reason}")
-            return name
-    if vacuous is not None:
-        vacuous.settle()  # raises Unsupported: nothing was comparable
-    merged = Findings(contract.rtol, contract.atol)
-    tagged = [found.problems for found in by_name.values()]
-    merged.problems = [p for ps in tagged for p in ps[:2]] + [p for ps in tagged for p in ps[2:]]
-    for found in by_name.values():
-        for h in [*found.hints, found.fd_note()]:
-            merged.hint(h)
-    merged.hint(neither)
-    merged.raise_if_any()
-    return ""
 
 
 def draw_tangents(ctx: CaseContext, view: Any) -> dict[int, torch.Tensor]:
@@ -359,7 +311,7 @@ def run_jvp(ctx: CaseContext) -> str:
         )
         findings.outcome(name, before)
     if custom:
-        return either_reference(ctx, "jvp", by_name, findings)
+        return forward_derivative(ctx, "jvp", by_name, findings)
     findings.raise_if_any()
     return fd.FD_REFERENCE
 
@@ -548,6 +500,6 @@ def run_jacobian(ctx: CaseContext, kind: str) -> str:
                     ref[k][m],
                 )
     if by_name:
-        return either_reference(ctx, kind, by_name, findings)
+        return forward_derivative(ctx, kind, by_name, findings)
     findings.raise_if_any()
     return refs[0][1]

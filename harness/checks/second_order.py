@@ -56,7 +56,7 @@ from harness.checks.autodiff_refs import (
 from harness.checks.catalogue import (
     CaseContext,
 )
-from harness.checks.first_order import either_reference
+from harness.checks.forward_reverse import either_reference
 from harness.checks.gauge import same_function
 from harness.checks.references import (
     eager_vjp,

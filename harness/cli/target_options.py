@@ -73,6 +73,13 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
         help="custom: backward is deliberately not the derivative (straight-through, clipping)",
     )
     p.add_argument(
+        "--jvp",
+        choices=("true-derivative",),
+        default=None,
+        help="with --gradient custom: the jvp is deliberately the true derivative while the "
+        "backward follows the custom rule (otherwise forward and reverse mode must agree)",
+    )
+    p.add_argument(
         "--no-double-backward",
         action="store_true",
         help="backward is not differentiable (skip second-order checks)",
@@ -103,6 +110,8 @@ def spec_from_args(args: argparse.Namespace, target: str) -> Any:
         caps["randomness"] = True
     if args.no_double_backward:
         caps["double_backward"] = False
+    if getattr(args, "jvp", None) == "true-derivative":
+        caps["jvp_true_derivative"] = True
     if getattr(args, "dtypes", None):
         from harness.sources.entries import declared_dtypes
 

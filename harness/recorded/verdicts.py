@@ -79,12 +79,21 @@ def note_never_differentiated(
     for case in result.cases:
         if case.status not in BAD_STATUSES or case.check in _BATCHING or case.entry not in never:
             continue
-        hit = sorted(_inputs_named(case) & never[case.entry])
+        named = _inputs_named(case)
+        hit = sorted(named & never[case.entry])
         if not hit:
             continue
         which = ", ".join(map(str, hit))
         word = "argument" if len(hit) == 1 else "arguments"
         text = f"{NEEDS_NO_GRADIENT}: {word} {which} never had requires_grad in the recorded calls"
+        others = sorted(named - never[case.entry])
+        if others:  # the bracket speaks of `hit` only: say the rest fails regardless
+            text = (
+                f"the failing values include input{'s' if len(others) > 1 else ''} "
+                f"{', '.join(map(str, others))}, which the recorded calls differentiate (the "
+                f"rest of this note does not apply to {'them' if len(others) > 1 else 'it'}); "
+                + text
+            )
         kinds = {i: found(case.entry, i) for i in hit}
         offer = [i for i in hit if kinds[i][0] == NONE]
         for i in hit:
@@ -226,7 +235,10 @@ def _fixed_note(r: RecordedEntry) -> str:
     which = ", ".join(map(str, args))
     word = "argument" if len(args) == 1 else "arguments"
     it = "it" if len(args) == 1 else "them"
-    return f"; {word} {which} as recorded in every batch slice (no call differentiated {it})"
+    return (
+        f"; {word} {which} as recorded in every batch slice (the forward refused {it} with "
+        "distinct values)"
+    )
 
 
 #: Why a reached Function could not be checked, as the summary counts it.

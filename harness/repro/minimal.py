@@ -32,6 +32,7 @@ from harness.core.options import Options
 from harness.core.repro_scope import COMPOSITES, MINIMAL_CHECKS, VMAP_FAMILY
 from harness.engine.cases import Case
 from harness.plans.plan import MID
+from harness.repro.literal import literal
 from harness.repro.minimal_autodiff import autodiff_body
 from harness.repro.minimal_composite import composite_body
 from harness.repro.minimal_facts import CaseFacts, DiffNames, NotMinimal
@@ -85,7 +86,7 @@ def generate_minimal(
     call = f"({src.call}(*a),)" if facts.single else f"tuple({src.call}(*a))"
     lines = [
         *src.header(doc),
-        f"RTOL, ATOL = {facts.rtol!r}, {facts.atol!r}  # the suite's tolerances at {facts.dtype}",
+        f"RTOL, ATOL = {literal(facts.rtol)}, {literal(facts.atol)}  # the suite's tolerances at {facts.dtype}",
         f"call = lambda *a: {call}  # noqa: E731 (the Function's outputs, a tuple)",
     ]
     if check in VMAP_FAMILY:

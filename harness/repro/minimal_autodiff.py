@@ -14,6 +14,7 @@ from harness.checks import finite_diff as fd
 from harness.core.options import Options
 from harness.engine.cases import Case
 from harness.plans.slices import derive_seed, sample_seed
+from harness.repro.literal import literal
 from harness.repro.minimal_facts import CaseFacts, DiffNames
 from harness.repro.minimal_source import ScriptSource
 from harness.repro.subcheck import SubCheck
@@ -38,8 +39,18 @@ def _h(
     outs64: Sequence[Any],
 ) -> float:
     """The step ``harness.checks.finite_diff.directional`` takes for these tangents."""
-    scale = max(1.0, max((float(x.abs().max()) for x in primals if x.numel()), default=0.0))
-    tmax = max((float(t.abs().max()) for t in tangents if t.numel()), default=1.0) or 1.0
+    moved = fd.held_fixed(primals, tangents)  # finite elements only, as the suite steps
+    scale = max(
+        1.0,
+        max(
+            (float(x.abs()[t != 0].max()) for x, t in zip(primals, moved) if bool((t != 0).any())),
+            default=0.0,
+        ),
+    )
+    tmax = (
+        max((float(t.abs().max()) for t in moved if t is not None and t.numel()), default=1.0)
+        or 1.0
+    )
     return fd.base_step(outs64, entry.tolerances.fd_step) * scale / tmax
 
 
@@ -57,7 +68,7 @@ def _fd(h: float, diff: DiffNames) -> list[str]:
     minus = f"{g}[x - h * t.double() for x, t in zip(x64, ts)]{end}"
     return [
         "",
-        f"def fd(ts, h={h!r}):  # J t: central differences in float64, the suite's step",
+        f"def fd(ts, h={literal(h)}):  # J t: central differences in float64, the suite's step",
         f"    d = lambda h: [(p - m) / (2 * h) for p, m in zip({plus}, {minus})]  # noqa: E731",
         "    return [(4 * u - v) / 3 for u, v in zip(d(h / 2), d(h))]",
         "",

@@ -3,7 +3,9 @@
 ``mylib.ops:RoundSTE gradient=custom nondiff-args=1`` names a Function by its recorded
 target and sets the keywords ``afdb check`` takes as flags for one Function;
 ``perturb-args=1`` (recorded Functions only) lets the batch slices vary argument 1 although
-no recorded call differentiated it (``harness.sources.recorded_samples``). The same lines
+no recorded call differentiated it (``harness.sources.recorded_samples``);
+``jvp=true-derivative`` (with ``gradient=custom``) says the jvp is the true derivative while the
+backward follows the custom rule, so forward and reverse mode differ by design. The same lines
 come from ``afdb check --recorded --declare LINE`` (repeatable) and from the
 ``afdb_declare`` ini option of ``pytest --afdb``. A wrong line is one ``UsageError``.
 """
@@ -26,6 +28,7 @@ KEYS = (
     "randomness",
     "dtypes",
     "perturb-args",
+    "jvp",
 )
 _FLAGS = {"no-double-backward": ("double_backward", False), "randomness": ("randomness", True)}
 _POSITIONS = {
@@ -87,6 +90,13 @@ def parse_declaration(line: str) -> Declaration:
                     "that is deliberately not the derivative) or gradient=derivative"
                 )
             gradient = value
+        elif key == "jvp":
+            if value != "true-derivative":
+                raise UsageError(
+                    f"declaration {line!r}: jvp={value!r}; the one value is jvp=true-derivative "
+                    "(with gradient=custom: the jvp is the true derivative, the backward is not)"
+                )
+            caps["jvp_true_derivative"] = True
         elif key == "dtypes":
             from harness.core.options import DTYPES
 

@@ -159,7 +159,7 @@ def _calls_as_made(
     perturb_args: Sequence[int],
 ) -> Any:
     """The samples of a recorded Function: each call as made for the base slice, distinct
-    data for the others only where a call differentiated it (``harness.sources.recorded_samples``)."""
+    data for the others where the forward accepts it (``harness.sources.recorded_samples``)."""
     from harness.sources.recorded_samples import RecordedSamples, differentiated_leaves
 
     return RecordedSamples(samples, differentiated_leaves(positional), perturb_args, target)
@@ -313,6 +313,7 @@ def recorded_entry(
         entry = make_entry(cls, source, name=function.target, gradient=gradient, **caps)
     except UsageError as e:
         return RecordedEntry(function.target, NOT_IMPORTABLE, note=str(e), **common)
+    source.accept_with(entry.call)  # the forward decides which arguments may vary per slice
     skipped_nondiff = set(caps.get("nondiff_args", ()))
     never = tuple(i for i in never_differentiated(samples, requires) if i not in skipped_nondiff)
     return RecordedEntry(

@@ -1,14 +1,19 @@
 """A recorded Function's samples: its calls as they were made, and distinct data per slice.
 
 The base slice of each sample is the recorded call itself, bit for bit (complex values,
-integer indices and filters included). The other batch slices take, in turn, the
-Function's other recorded calls whose structure agrees (the same non-tensor values, the
-same tensor shapes and dtypes: they stack), and past those a copy of the call in which
-only the tensors some recorded call differentiated (``requires_grad``), and the arguments
-declared perturbable (``perturb-args=N``), get seeded noise of their own scale (complex
-tensors in both parts; a declared integer or bool tensor is shuffled). An argument no call
-differentiated stays as recorded in every slice (its batch dim stacks equal copies) and
-the report says so (``notes``).
+integer indices and filters included): the only slice the finite-difference-referenced
+checks read, so their references see every argument as the program passed it. The other
+batch slices (read by the checks whose reference is a loop over slices: vmap, nested,
+chunked, grad_of_vmap and the vmap compositions) take, in turn, the Function's other
+recorded calls whose structure agrees (the same non-tensor values, the same tensor shapes
+and dtypes: they stack), and past those a copy of the call in which **every** argument gets
+distinct valid data: seeded noise of its own scale on floating tensors (finite elements
+only; complex in both parts), a permutation of integer and bool tensors (indices stay in
+range). The Function's forward decides validity: an argument it refuses perturbed (it raises,
+or its finite outputs turn non-finite) stays as recorded in every slice (unless declared
+``perturb-args=N``), and the report says which (``notes``). Before, arguments no recorded
+call differentiated stayed as recorded in every slice, which hid a vmap rule that drops the
+batch of an index argument.
 
 Which slice a seed asks for: the run tells the samples its seed parts (``slice_seeds``,
 called by ``EntryData`` and by a reproducer's loader), from which the seeds of the base
@@ -27,16 +32,20 @@ import torch
 from autograd_function_db.entry import Sample
 from harness.plans.pytrees import Keys, leaves, map_leaves
 from harness.plans.slices import derive_seed, sample_seed
-from harness.sources.user_samples import cast_sample
+from harness.sources.user_samples import cast_sample, finite_noise
 
 #: Slices whose seed is known, per level: indices below this, up to this many levels.
 _WIDTH, _LEVELS = 8, 3
 #: What the report says of arguments that keep their recorded value in every slice.
 NO_DISTINCT_SLICES = (
-    "{args} as recorded in every slice (no recorded call differentiated {them} and no other "
-    "recorded call has {their} shapes): a rule that mixes {their} slices would go unnoticed; "
-    "declare '{target} perturb-args={positions}' if other values are valid"
+    "{args} as recorded in every slice (no other recorded call has {their} shapes and the "
+    "Function's forward refused {them} with noise or shuffled): a rule that mixes {their} "
+    "slices would go unnoticed; declare '{target} perturb-args={positions}' if other values "
+    "are valid"
 )
+#: The seeds of the trial perturbations that ask the forward whether an argument may vary
+#: (each must be accepted: one shuffle may happen to keep an order the forward needs).
+_TRIAL_SEEDS = (1, 2, 3, 4, 5)
 
 
 def _slice_key(path: tuple[int, ...]) -> tuple[int, ...]:
@@ -61,18 +70,25 @@ def _structure(args: tuple[Any, ...]) -> str:
     return "|".join(parts)
 
 
-def _noise(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    x = a.detach()
-    if x.numel() == 0:
-        return x.clone()
-    scale = float(x.abs().double().mean()) or 1.0
-    if x.is_complex():
-        re = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        im = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        noisy = x.to(torch.complex128) + 0.1 * scale * torch.complex(re, im)
-    else:
-        noisy = x.double() + 0.1 * scale * torch.randn(x.shape, generator=gen, dtype=torch.float64)
-    return noisy.to(x.dtype)
+def _copy(v: Any) -> Any:
+    return v.detach().clone() if isinstance(v, torch.Tensor) else v
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Every tensor leaf of ``a`` equal to ``b``'s."""
+    return all(
+        not isinstance(v, torch.Tensor) or torch.equal(v, w)
+        for (_, v), (_, w) in zip(leaves(a), leaves(b))
+    )
+
+
+def _finite(out: Any) -> bool:
+    """Every floating leaf of a forward's outputs is finite."""
+    for _, v in leaves(out if isinstance(out, (tuple, list)) else (out,)):
+        floating = isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+        if floating and v.numel() and not bool(torch.isfinite(v).all()):
+            return False
+    return True
 
 
 def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -112,6 +128,14 @@ class RecordedSamples:
             for k in range(len(self.calls))
         ]
         self.diversity = self
+        #: The Function's forward (``accept_with``): it decides which arguments may vary.
+        self.call: Any = None
+        self._refused: dict[int, frozenset[int]] = {}
+
+    def accept_with(self, call: Any) -> None:
+        """Let ``call`` (the entry's forward) decide which perturbed arguments are valid."""
+        self.call = call
+        self._refused.clear()
 
     # --- which slice -------------------------------------------------------------------
 
@@ -131,29 +155,75 @@ class RecordedSamples:
 
     # --- the samples -------------------------------------------------------------------
 
-    def _perturbable(self, k: int) -> set[Keys]:
-        """Leaf addresses of call ``k`` that get noise in a slice of their own."""
+    def _varies(self, k: int, only: int | None = None) -> set[Keys]:
+        """Leaf addresses of call ``k`` a perturbed slice may change (argument ``only``)."""
         out: set[Keys] = set()
         for i, a in enumerate(self.calls[k].args):
+            if only is not None and i != only:
+                continue
             for keys, v in leaves(a):
                 if not isinstance(v, torch.Tensor) or v.layout != torch.strided or v.is_quantized:
                     continue
-                address = (i, *keys)
-                floating = v.is_floating_point() or v.is_complex()
-                if i in self.perturb_args or (address in self.differentiated and floating):
-                    out.add(address)
+                if v.is_floating_point() or v.is_complex() or v.numel() > 1:
+                    out.add((i, *keys))
         return out
 
-    def _perturbed(self, k: int, seed: int) -> Sample:
+    def refused(self, k: int) -> frozenset[int]:
+        """Arguments of call ``k`` the forward refuses perturbed, each alone (kept as recorded)."""
+        if k not in self._refused:
+            self._refused[k] = frozenset(self._trial(k))
+        return self._refused[k]
+
+    def _trial(self, k: int) -> set[int]:
         call = self.calls[k]
-        chosen = self._perturbable(k)
+        if self.call is None:
+            return set()
+        base = self._forward(call.args)
+        if base is None:  # the call itself raises here: nothing to compare with
+            return set()
+        out = set()
+        for i in range(len(call.args)):
+            chosen = self._varies(k, only=i)
+            if not chosen or i in self.perturb_args:
+                continue
+            for seed in _TRIAL_SEEDS:
+                trial = self._perturbed_leaves(k, chosen, seed)
+                if _same(trial.args[i], call.args[i]):
+                    continue  # a shuffle that changed nothing says nothing
+                got = self._forward(trial.args)
+                if got is None or (_finite(base) and not _finite(got)):
+                    out.add(i)
+                    break
+        return out
+
+    def _forward(self, args: tuple[Any, ...]) -> Any:
+        from harness.plans.slices import seed_cpu_rng
+
+        copies = tuple(map_leaves(a, lambda _k, v: _copy(v)) for a in args)
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                seed_cpu_rng(0)
+                return self.call(*copies)
+        except Exception:  # noqa: BLE001 - the Function refused these values
+            return None
+
+    def _perturbable(self, k: int) -> set[Keys]:
+        """Leaf addresses of call ``k`` that get distinct data in a slice of their own."""
+        refused = self.refused(k)
+        return {a for a in self._varies(k) if a[0] not in refused}
+
+    def _perturbed(self, k: int, seed: int) -> Sample:
+        return self._perturbed_leaves(k, self._perturbable(k), seed)
+
+    def _perturbed_leaves(self, k: int, chosen: set[Keys], seed: int) -> Sample:
+        call = self.calls[k]
         gen = torch.Generator().manual_seed(derive_seed("perturb", seed) % 2**63)
 
         def one(i: int, keys: Keys, v: Any) -> Any:
             if (i, *keys) not in chosen:
                 return v
             if v.is_floating_point() or v.is_complex():
-                return _noise(v, gen)
+                return finite_noise(v, gen)
             return _shuffled(v, gen) if v.numel() > 1 else v
 
         def per_arg(i: int, a: Any) -> Any:

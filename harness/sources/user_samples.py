@@ -168,6 +168,25 @@ def _shuffled(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return flat[torch.randperm(flat.numel(), generator=gen)].reshape(a.shape)
 
 
+def finite_noise(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``a`` plus seeded noise of a tenth of its finite elements' mean magnitude, on its finite
+    elements only: an infinity (a masked attention logit) or NaN stays where it is, and never
+    makes the scale (and so every element) non-finite. Complex tensors get noise in both parts."""
+    x = a.detach()
+    if x.numel() == 0:
+        return x.clone()
+    finite = torch.isfinite(x)
+    kept = x.abs().double()[finite]
+    scale = (float(kept.mean()) if kept.numel() else 0.0) or 1.0
+    if x.is_complex():
+        re = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        im = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        noisy = x.to(torch.complex128) + 0.1 * scale * torch.complex(re, im)
+    else:
+        noisy = x.double() + 0.1 * scale * torch.randn(x.shape, generator=gen, dtype=torch.float64)
+    return torch.where(finite, noisy.to(x.dtype), x)
+
+
 def _perturbed(sample: Sample, seed: int, keep: frozenset[int] = frozenset()) -> Sample:
     """Distinct data for a slice when the user's generator takes no seed.
 
@@ -183,9 +202,7 @@ def _perturbed(sample: Sample, seed: int, keep: frozenset[int] = frozenset()) ->
         if not isinstance(a, torch.Tensor):
             return a
         if a.is_floating_point() or a.is_complex():
-            noise = torch.randn(a.shape, generator=gen, dtype=torch.float64)
-            scale = float(a.detach().abs().mean()) if a.numel() else 1.0
-            return (a.detach().double() + 0.1 * (scale or 1.0) * noise).to(a.dtype)
+            return finite_noise(a, gen)
         if i in keep or a.numel() < 2:
             return a
         return _shuffled(a, shuffle_gen)
