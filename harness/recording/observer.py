@@ -24,6 +24,7 @@ import functools
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
@@ -146,6 +147,8 @@ class Recorder:
         self.max_calls = max_calls
         self.tensor_limit = tensor_limit
         self.total_limit = total_limit
+        #: How long copying one call's live values may take before it is given up.
+        self.snapshot_seconds = live_values.SNAPSHOT_SECONDS
         self.program = program if program is not None else _default_program()
         self.classes: dict[str, type] = {}
         self._suffixes: dict[str, dict[str, str]] = {}
@@ -166,6 +169,13 @@ class Recorder:
         with self._lock:
             self._test = (nodeid, index) if nodeid is not None else None
             self._seq = 0
+
+    def _place(self, frame_where: str) -> str:
+        """Where a call was made: the pytest item, else the line (no sequence taken)."""
+        if self._test is not None:
+            return self._test[0]
+        current = os.environ.get("PYTEST_CURRENT_TEST")
+        return current.rsplit(" (", 1)[0] if current else frame_where
 
     def _where_and_order(self, frame_where: str) -> tuple[str, list[int]]:
         self._seq += 1
@@ -219,21 +229,27 @@ class Recorder:
             if getattr(local, "busy", False):
                 return original(cls, *args, **kwargs)
             local.busy = True
-            try:
-                recorder._observe_function(cls, args, kwargs)
+            after = None
+            try:  # subclasses' __torch_function__ is the program's: observing runs none
+                with torch._C.DisableTorchFunctionSubclass():
+                    after = recorder._observe_function(cls, args, kwargs)
             except Exception as e:  # the observer never breaks the program
                 recorder._failed(cls, e)
             finally:
                 local.busy = False
-            if not torch._C._are_functorch_transforms_active():
-                return original(cls, *args, **kwargs)
-            # Under a transform torch calls apply again at the level below, on unwrapped
-            # tensors: that is this call, already counted, not another one.
-            local.busy = True
             try:
-                return original(cls, *args, **kwargs)
+                if not torch._C._are_functorch_transforms_active():
+                    return original(cls, *args, **kwargs)
+                # Under a transform torch calls apply again at the level below, on unwrapped
+                # tensors: that is this call, already counted, not another one.
+                local.busy = True
+                try:
+                    return original(cls, *args, **kwargs)
+                finally:
+                    local.busy = False
             finally:
-                local.busy = False
+                if after is not None:
+                    recorder._after(cls, after)
 
         apply.__wrapped__ = original  # type: ignore[attr-defined]
         return apply
@@ -252,8 +268,10 @@ class Recorder:
             if ns not in recorder.ops:
                 return original(op, *args, **kwargs)
             local.busy = True
+            after = None
             try:
-                recorder._observe_op(target, args, kwargs)
+                with torch._C.DisableTorchFunctionSubclass():
+                    after = recorder._observe_op(target, args, kwargs)
             except Exception as e:
                 recorder._failed(target, e)
             finally:
@@ -266,6 +284,8 @@ class Recorder:
                 return original(op, *args, **kwargs)
             finally:
                 stack.pop()
+                if after is not None:
+                    recorder._after(target, after)
 
         __call__.__wrapped__ = original  # type: ignore[attr-defined]
         return __call__
@@ -326,26 +346,32 @@ class Recorder:
         at = main or caller
         return False, nested, _location(at.f_code.co_filename, at.f_lineno) if at else ""
 
-    def _observe_function(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _observe_function(
+        self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Callable[[], None] | None:
         found: _Seen | None = self._by_class.get(cls, _UNSEEN)
         if found is None:
-            return
+            return None
         suite, nested, frame_where = self._scan()
+        self._local.where = frame_where
         if suite:
-            return
+            return None
         with self._lock:
             seen = self._register(cls) if found is _UNSEEN else found
             if seen is None:
-                return
+                return None
             stack = getattr(self._local, "ops", None)
             if nested is None and stack:
                 nested = stack[-1]
-            self._observe(seen, nested, frame_where, args, kwargs)
+            return self._observe(seen, nested, frame_where, args, kwargs)
 
-    def _observe_op(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _observe_op(
+        self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Callable[[], None] | None:
         suite, nested, frame_where = self._scan()
+        self._local.where = frame_where
         if suite:
-            return
+            return None
         with self._lock:
             seen = self._seen.get(target)
             if seen is None:
@@ -354,7 +380,7 @@ class Recorder:
             stack = getattr(self._local, "ops", None)
             if nested is None and stack:
                 nested = stack[-1]
-            self._observe(seen, nested, frame_where, args, kwargs)
+            return self._observe(seen, nested, frame_where, args, kwargs)
 
     def _prepare(self, seen: _Seen) -> None:
         seen.selector = Selector(self.max_calls)
@@ -367,18 +393,20 @@ class Recorder:
         frame_where: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> None:
+    ) -> Callable[[], None] | None:
+        """Count the call and keep it as data or a snapshot; a callable when the keeping
+        must wait for the call to return (parts kept by reference, checked unchanged)."""
         seen.call_count += 1
         where, order = self._where_and_order(frame_where)
         if torch._C._are_functorch_transforms_active():
             seen.under_transform += 1
-            return
+            return None
         calls, keys, lives = seen.calls, seen.keys, seen.live
         inner = nested is not None
         if nested is not None:
             seen.nested_in.add(nested)
             if seen.calls or len(seen.inner_calls) >= self.max_calls:
-                return
+                return None
             # recorded from these calls only while no top-level call is (the first K)
             calls, keys, lives = seen.inner_calls, seen.inner_keys, seen.inner_live
             where = f"{where} (inside {nested})"
@@ -386,7 +414,7 @@ class Recorder:
         known = seen.fast.get(fast) if fast is not None else None
         if known is not None:  # a repeat of a distinct call already seen
             seen.selector.seen(known, where)
-            return
+            return None
         snap: Any
         try:
             snap = snapshot(args, kwargs, seen.allowed)
@@ -395,13 +423,58 @@ class Recorder:
                 package = top_package(seen.target.partition(":")[0])
                 room = self.total_limit - self._stored
                 snap = live_values.snapshot(
-                    args, kwargs, package, keys, (self.tensor_limit, room), seen.allowed
+                    args,
+                    kwargs,
+                    package,
+                    keys,
+                    (self.tensor_limit, room),
+                    seen.allowed,
+                    self.snapshot_seconds,
+                    self._enter_copy,
                 )
-            except NotRecordable as e2:
-                seen.skip(str(e2) if "cannot be copied" in str(e2) else str(e), where, order)
-                return
+            except live_values.NotCopied as e2:
+                seen.skip(str(e2), where, order)
+                return None
+            except NotRecordable:
+                seen.skip(str(e), where, order)
+                return None
             if snap is None:  # a repeat of a live call already kept
-                return
+                return None
+            if snap.copied is not None and snap.copied.shared:
+                # parts kept by reference: kept only if the call leaves them as they were
+                def after() -> None:
+                    changed = snap.copied.changed()
+                    if changed:
+                        seen.skip(
+                            f"an argument ({', '.join(f'`{n}`' for n in snap.copied.shared)}) "
+                            f"cannot be copied and {changed}: not recordable",
+                            where,
+                            order,
+                        )
+                        return None
+                    self._keep(seen, snap, inner, fast, where, order, calls, keys, lives)
+
+                return after
+        self._keep(seen, snap, inner, fast, where, order, calls, keys, lives)
+        return None
+
+    def _enter_copy(self) -> None:
+        """In the thread that copies live values: the program's calls there are not observed."""
+        self._local.busy = True
+
+    def _keep(
+        self,
+        seen: _Seen,
+        snap: Any,
+        inner: bool,
+        fast: Any,
+        where: str,
+        order: list[int],
+        calls: list[Any],
+        keys: set[str],
+        lives: dict[int, Any],
+    ) -> None:
+        """Keep the call (or count it) by its combination, the cap and the size limits."""
         combo = combination(snap.args, snap.kwargs)
         if not inner and seen.selector.seen(combo, where) is None:
             return
@@ -462,15 +535,35 @@ class Recorder:
             seen.selector.keep(combo, priority)
             seen.sizes.append(snap.nbytes)
 
+    def _after(self, what: Any, keep: Callable[[], None]) -> None:
+        """After the call returned (or raised): keep what had to wait for it."""
+        local = self._local
+        local.busy = True
+        try:
+            with self._lock, torch._C.DisableTorchFunctionSubclass():
+                keep()
+        except Exception as e:  # the observer never breaks the program
+            self._failed(what, e)
+        finally:
+            local.busy = False
+
     def _failed(self, what: Any, error: Exception) -> None:
-        """The observer itself failed on a call: named as that call's skip reason."""
+        """The observer itself failed on a call: named as that call's skip reason, with
+        the place of the call (the test, else the line: known without the arguments)."""
         with self._lock:
             target = what if isinstance(what, str) else None
             seen = self._seen.get(target) if target else self._by_class.get(what)
             if seen:
+                where = ""
+                with contextlib.suppress(Exception):
+                    where = self._place(getattr(self._local, "where", ""))
+                try:
+                    text = str(error)[:300]
+                except Exception:
+                    text = "(its message cannot be read)"
                 seen.skip(
-                    f"the recorder failed on this call ({type(error).__name__}: {error})",
-                    "",
+                    f"the recorder failed on this call ({type(error).__name__}: {text})",
+                    where,
                     [0, 0],
                 )
 
