@@ -21,6 +21,7 @@ from harness.checks.catalogue import (
     get_check,
     staticmethods_called,
 )
+from harness.checks.layouts import unbatchable_layout
 from harness.core import shims
 from harness.core.errors import CaseTimeout
 from harness.core.locations import describe_exception
@@ -183,6 +184,9 @@ def _run_case(
                     nonfinite = data.nonfinite(case.sample_index)
                     if nonfinite:
                         raise NonFiniteSample(nonfinite)
+                    layout = unbatchable_layout(case.plan, tuple(ctx.sample.args))
+                    if layout:  # a sparse argument passed as data: vmap cannot batch it
+                        raise Unsupported(f"{case.check} {case.plan.id}: {layout}")
                     used = spec.run(ctx)
                     if used:
                         result.reference = used
