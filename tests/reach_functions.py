@@ -273,3 +273,59 @@ class VmapSparseMatmul(SparseMatmul):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         return VmapSparseMatmul._backward(ctx, grad)
+
+
+class _OwnNew:
+    """A class with a ``__new__`` of its own: the snapshot cannot make one without calling
+    the program's code, so it uses the class's copy hooks, or keeps it by reference."""
+
+    def __new__(cls, *args: Any) -> Any:
+        return super().__new__(cls)
+
+
+class SlowNew(_OwnNew):
+    """Its only copy is a ``__deepcopy__`` that sleeps (the snapshot must give up)."""
+
+    def __init__(self, k: float, seconds: float) -> None:
+        self.k, self.seconds = k, seconds
+
+    def __deepcopy__(self, memo: dict) -> SlowNew:
+        time.sleep(self.seconds)
+        return SlowNew(self.k, self.seconds)
+
+
+class NoneNew(_OwnNew):
+    """Its ``__deepcopy__`` returns ``None``: not a copy, so it is kept by reference."""
+
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def __deepcopy__(self, memo: dict) -> None:
+        return None
+
+
+class Frozen(_OwnNew):
+    """Cannot be copied at all; holds a tensor (its version tells a change)."""
+
+    def __init__(self, k: float, t: torch.Tensor) -> None:
+        self.k, self.t = k, t
+
+    def __deepcopy__(self, memo: dict) -> Frozen:
+        raise TypeError("Frozen objects cannot be copied")
+
+
+class Accumulate(torch.autograd.Function):
+    """``x * cfg.k``, adding one to ``cfg.t`` during the call (a running counter)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, cfg: Any) -> torch.Tensor:
+        cfg.t.add_(1.0)
+        return x * cfg.k
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.k = inputs[1].k
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        return grad * ctx.k, None

@@ -283,23 +283,33 @@ class _Copier:
         return out
 
     def instance(self, v: Any) -> Any:
-        cls = type(v)
-        if not user_hooks(cls):
-            # on a scratch memo: a deepcopy that fails half way leaves half-built copies
-            scratch = dict(self.memo)
-            try:
-                made = copy.deepcopy(v, scratch)
-            except Exception:
-                made = _FAILED
-            if made is not _FAILED and faithful(v, made):
-                self._keep.append(scratch.pop(id(scratch), None))  # its temporaries' ids
-                self.memo.update(scratch)
-                return self._remember(v, made)
-        rebuilt = self.rebuild(v)
-        if rebuilt is not _FAILED:
-            self.out.rebuilt.append(type_name(v))
-            return rebuilt
+        """An object: deep-copied where its class has no copy hooks of the program's
+        (torch's own way for modules), else rebuilt from its attributes without them; the
+        other way next; kept by reference where neither gives a faithful copy."""
+        hooks = user_hooks(type(v))
+        for way in (self.rebuild, self.deep) if hooks else (self.deep, self.rebuild):
+            made = way(v)
+            if made is not _FAILED:
+                if way == self.rebuild:
+                    self.out.rebuilt.append(type_name(v))
+                return made
         return self.share(v)
+
+    def deep(self, v: Any) -> Any:
+        """``copy.deepcopy`` on a scratch memo (one that fails half way leaves half-built
+        copies behind), kept only where the copy is faithful."""
+        scratch = dict(self.memo)
+        try:
+            made = copy.deepcopy(v, scratch)
+        except Exception:
+            return _FAILED
+        if not faithful(v, made):
+            return _FAILED
+        if made is v:  # its class copies as itself: the same object, kept by reference
+            return self.share(v)
+        self._keep.append(scratch.pop(id(scratch), None))  # its temporaries' ids
+        self.memo.update(scratch)
+        return self._remember(v, made)
 
     def rebuild(self, v: Any) -> Any:
         """A new instance of ``v``'s class (``object.__new__``: no ``__init__``, no hook)
