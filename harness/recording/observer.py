@@ -25,7 +25,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -33,13 +32,14 @@ from typing import Any
 import torch
 
 from harness.core.errors import UsageError
-from harness.core.locations import location, portable_argv
+from harness.core.locations import location
 from harness.recording import live as live_values
 from harness.recording import store
 from harness.recording.data_errors import NotRecordable
 from harness.recording.live import class_suffix
 from harness.recording.packages import functions_in
 from harness.recording.refs import packages_of, top_package
+from harness.recording.seen import Seen, default_program, is_legacy, mib, op_target
 from harness.recording.selection import Selector, combination
 from harness.recording.values import fast_key, snapshot, stored
 
@@ -47,68 +47,12 @@ _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _METHODS = ("forward", "backward", "vjp", "jvp", "vmap", "setup_context")
-#: Distinct skip reasons kept per Function; more are counted under one reason.
-MAX_REASONS = 20
 #: Distinct calls per Function whose repeats are recognised without a snapshot.
 _MAX_FAST = 10_000
 
 _active_lock = threading.Lock()
 _UNSEEN: Any = object()  # a class not looked at yet
 _active: list[Recorder] = []
-
-
-@dataclass
-class _Seen:
-    """What one Function (or op) has seen so far."""
-
-    target: str
-    kind: str
-    legacy: bool
-    importable: bool
-    call_count: int = 0
-    under_transform: int = 0
-    nested_in: set[str] = field(default_factory=set)
-    keys: set[str] = field(default_factory=set)
-    calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
-    skipped: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Which calls to keep (``harness.recording.selection``), the bytes of each kept call,
-    #: and the packages whose types (enums, namedtuples) the calls' values may name.
-    selector: Selector = field(default_factory=lambda: Selector(8))
-    sizes: list[int] = field(default_factory=list)
-    allowed: frozenset[str] = frozenset({"torch"})
-    #: Combination of each distinct call already seen, by ``values.fast_key`` (a repeat
-    #: then costs no snapshot).
-    fast: dict[Any, str] = field(default_factory=dict)
-    #: Calls made only inside another Function (kept when no top-level call is).
-    inner_calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
-    inner_keys: set[str] = field(default_factory=set)
-    #: The live snapshots of calls that hold live values, by their place in ``calls``.
-    live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
-    inner_live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
-
-    def skip(self, reason: str, where: str, order: list[int]) -> None:
-        if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
-            reason = f"other calls not recorded (more than {MAX_REASONS} distinct reasons)"
-        have = self.skipped.get(reason)
-        if have is None:
-            self.skipped[reason] = {"reason": reason, "where": where, "count": 1, "order": order}
-        else:
-            have["count"] += 1
-
-
-def _is_legacy(cls: type) -> bool:
-    from torch.autograd.function import _is_setup_context_defined
-
-    return not _is_setup_context_defined(cls.setup_context)  # type: ignore[attr-defined]
-
-
-def _op_target(op: Any) -> tuple[str, str]:
-    """(namespace, ``torch.ops.ns.name[.overload]``) of an OpOverload or OpOverloadPacket."""
-    qualified = getattr(op, "_qualified_op_name", None) or op._schema.name
-    ns, _, name = qualified.partition("::")
-    overload = getattr(op, "_overloadname", "default") or "default"
-    target = f"torch.ops.{ns}.{name}" + ("" if overload == "default" else f".{overload}")
-    return ns, target
 
 
 class Recorder:
@@ -149,11 +93,11 @@ class Recorder:
         self.total_limit = total_limit
         #: How long copying one call's live values may take before it is given up.
         self.snapshot_seconds = live_values.SNAPSHOT_SECONDS
-        self.program = program if program is not None else _default_program()
+        self.program = program if program is not None else default_program()
         self.classes: dict[str, type] = {}
         self._suffixes: dict[str, dict[str, str]] = {}
-        self._seen: dict[str, _Seen] = {}
-        self._by_class: dict[Any, _Seen | None] = {}
+        self._seen: dict[str, Seen] = {}
+        self._by_class: dict[Any, Seen | None] = {}
         self._codes: dict[CodeType, str] = {}
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -262,7 +206,7 @@ class Recorder:
             if getattr(local, "busy", False) or torch.compiler.is_compiling():
                 return original(op, *args, **kwargs)
             try:
-                ns, target = _op_target(op)
+                ns, target = op_target(op)
             except Exception:
                 return original(op, *args, **kwargs)
             if ns not in recorder.ops:
@@ -292,7 +236,7 @@ class Recorder:
 
     # --- observing -----------------------------------------------------------------------
 
-    def _register(self, cls: Any) -> _Seen | None:
+    def _register(self, cls: Any) -> Seen | None:
         module = getattr(cls, "__module__", "") or ""
         if module == "torch" or module.startswith("torch."):
             self._by_class[cls] = None
@@ -304,10 +248,10 @@ class Recorder:
                 target += class_suffix(cls)
         seen = self._seen.get(target)
         if seen is None:
-            seen = self._seen[target] = _Seen(
+            seen = self._seen[target] = Seen(
                 target,
                 "function",
-                _is_legacy(cls),
+                is_legacy(cls),
                 module != "__main__" and "<locals>" not in qual,
             )
             self._prepare(seen)
@@ -349,7 +293,7 @@ class Recorder:
     def _observe_function(
         self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Callable[[], None] | None:
-        found: _Seen | None = self._by_class.get(cls, _UNSEEN)
+        found: Seen | None = self._by_class.get(cls, _UNSEEN)
         if found is None:
             return None
         suite, nested, frame_where = self._scan()
@@ -375,20 +319,20 @@ class Recorder:
         with self._lock:
             seen = self._seen.get(target)
             if seen is None:
-                seen = self._seen[target] = _Seen(target, "custom_op", False, True)
+                seen = self._seen[target] = Seen(target, "custom_op", False, True)
                 self._prepare(seen)
             stack = getattr(self._local, "ops", None)
             if nested is None and stack:
                 nested = stack[-1]
             return self._observe(seen, nested, frame_where, args, kwargs)
 
-    def _prepare(self, seen: _Seen) -> None:
+    def _prepare(self, seen: Seen) -> None:
         seen.selector = Selector(self.max_calls)
         seen.allowed = packages_of([seen.target])
 
     def _observe(
         self,
-        seen: _Seen,
+        seen: Seen,
         nested: str | None,
         frame_where: str,
         args: tuple[Any, ...],
@@ -464,7 +408,7 @@ class Recorder:
 
     def _keep(
         self,
-        seen: _Seen,
+        seen: Seen,
         snap: Any,
         inner: bool,
         fast: Any,
@@ -488,8 +432,8 @@ class Recorder:
         for size in sizes:
             if size > self.tensor_limit:
                 seen.skip(
-                    f"a tensor argument of {_mib(size)} is over the per-tensor limit of "
-                    f"{_mib(self.tensor_limit)} (--tensor-limit)",
+                    f"a tensor argument of {mib(size)} is over the per-tensor limit of "
+                    f"{mib(self.tensor_limit)} (--tensor-limit)",
                     where,
                     order,
                 )
@@ -508,8 +452,8 @@ class Recorder:
             keys.discard(snap.key)
             seen.fast.pop(fast, None)
             seen.skip(
-                f"its tensors ({_mib(snap.nbytes)}) would take the recording over its total "
-                f"limit of {_mib(self.total_limit)} (--total-limit)",
+                f"its tensors ({mib(snap.nbytes)}) would take the recording over its total "
+                f"limit of {mib(self.total_limit)} (--total-limit)",
                 where,
                 order,
             )
@@ -642,14 +586,3 @@ def _kind(filename: str) -> int:
 @functools.lru_cache(maxsize=4096)
 def _location(filename: str, lineno: int) -> str:
     return location(filename, lineno)
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
-
-
-def _default_program() -> str:
-    argv = portable_argv(list(sys.argv))
-    if argv and os.path.isabs(argv[0]):  # a script outside the working directory
-        argv[0] = ".../" + "/".join(Path(argv[0]).parts[-2:])
-    return " ".join(argv)
