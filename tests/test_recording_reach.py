@@ -77,7 +77,8 @@ def test_what_cannot_be_copied_and_changes_during_the_call_is_not_recordable(tmp
     assert acc.calls == () and acc.call_count == 1
     (skip,) = acc.skipped
     assert "`tests.reach_functions:Frozen`" in skip.reason, skip.reason
-    assert "changed during the call" in skip.reason and "not recordable" in skip.reason
+    assert "cannot be copied and a tensor held by" in skip.reason
+    assert skip.reason.endswith("changed during the call") and skip.kind == "not copyable"
     assert skip.where.endswith(
         "test_what_cannot_be_copied_and_changes_during_the_call_is_not_recordable"
     )
@@ -267,3 +268,37 @@ def test_the_recording_reads_back_the_way_each_value_was_kept(tmp_path):
 
     f = load_recording(Path(tmp_path / "rec")).function(f"{MOD}:RepMatmul")
     assert "kept by reference (`builtins:odict_keys`)" in f.calls[0].args[0].kept
+
+
+# --- every Function reached is accounted for (issue 43.4) --------------------------------------
+
+
+def test_a_run_that_checks_nothing_says_why_per_function_and_still_writes_reports(tmp_path, capsys):
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with harness.recording(tmp_path / "rec", tensor_limit=64) as recorder:
+        rf.Accumulate.apply(x, rf.Frozen(2.0, torch.zeros(2)))  # not copyable
+        rf.Twice.apply(torch.ones(2, device="meta"))  # not data
+        rf.Scaled.apply(x, rf.Holder(2.0, torch.zeros(100)))  # over --tensor-limit
+    kinds = {f.target: [s.kind for s in f.skipped] for f in recorder.result().functions}
+    assert kinds == {
+        f"{MOD}:Accumulate": ["not copyable"],
+        f"{MOD}:Twice": ["not data"],
+        f"{MOD}:Scaled": ["limit"],
+    }
+    report, markdown = tmp_path / "r.json", tmp_path / "r.md"
+    status, lines, out = _check(
+        recorder, capsys, "--json", str(report), "--markdown", str(markdown)
+    )
+    assert status == 5, out  # nothing checked
+    assert lines["Accumulate"].endswith(
+        "[not copyable: give the argument's class a __deepcopy__ that returns a faithful copy, "
+        "or call the Function in one test with arguments it does not change during the call]"
+    ), out
+    assert lines["Twice"].endswith("see docs/recording.md, What is recorded]"), out
+    assert "[over a size limit: raise --afdb-tensor-limit" in lines["Scaled"], out
+    recorded = json.loads(report.read_text())["metadata"]["recorded"]
+    assert recorded["functions"] == 3 and recorded["not_checkable"] == {"not recordable": 3}
+    assert [v["line"] for v in recorded["verdicts"]] == [
+        lines[t.removeprefix(f"{MOD}:")] for t in (v["target"] for v in recorded["verdicts"])
+    ]
+    assert "[over a size limit: raise --afdb-tensor-limit" in markdown.read_text()

@@ -246,7 +246,12 @@ SNAPSHOT_SECONDS = 10.0
 
 
 class NotCopied(NotRecordable):
-    """A live value that could be neither copied nor kept (the message is the reason)."""
+    """A live value that could be neither copied nor kept (the message is the reason;
+    ``kind``: ``not copyable``, or ``slow copy`` when copying took too long)."""
+
+    def __init__(self, message: str, kind: str = "not copyable") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def snapshot(
@@ -293,7 +298,8 @@ def snapshot(
         copied = bounded(take, seconds, enter)
     except TookTooLong:
         raise NotCopied(
-            f"an argument ({what}) was not recorded: copying it took longer than {seconds:g} s"
+            f"an argument ({what}) was not recorded: copying it took longer than {seconds:g} s",
+            "slow copy",
         ) from None
     except Exception as e:
         raise NotCopied(

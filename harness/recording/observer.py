@@ -377,7 +377,7 @@ class Recorder:
                     self._enter_copy,
                 )
             except live_values.NotCopied as e2:
-                seen.skip(str(e2), where, order)
+                seen.skip(str(e2), where, order, e2.kind)
                 return None
             except NotRecordable:
                 seen.skip(str(e), where, order)
@@ -391,9 +391,10 @@ class Recorder:
                     if changed:
                         seen.skip(
                             f"an argument ({', '.join(f'`{n}`' for n in snap.copied.shared)}) "
-                            f"cannot be copied and {changed}: not recordable",
+                            f"cannot be copied and {changed}",
                             where,
                             order,
+                            "not copyable",
                         )
                         return None
                     self._keep(seen, snap, inner, fast, where, order, calls, keys, lives)
@@ -436,6 +437,7 @@ class Recorder:
                     f"{mib(self.tensor_limit)} (--tensor-limit)",
                     where,
                     order,
+                    "limit",
                 )
                 return
         if inner:  # the first K distinct calls inside other Functions
@@ -456,6 +458,7 @@ class Recorder:
                 f"limit of {mib(self.total_limit)} (--total-limit)",
                 where,
                 order,
+                "limit",
             )
             return
         if replaced is not None:  # a call of a combination kept more often makes room
@@ -509,6 +512,7 @@ class Recorder:
                     f"the recorder failed on this call ({type(error).__name__}: {text})",
                     where,
                     [0, 0],
+                    "recorder",
                 )
 
     # --- writing -------------------------------------------------------------------------

@@ -16,6 +16,10 @@ from harness.recording.selection import Selector
 
 #: Distinct skip reasons kept per Function; more are counted under one reason.
 MAX_REASONS = 20
+#: The classes of why a call was not recorded: over a size limit, a live value that could
+#: not be copied (or changed during the call), one whose copy took too long, a value that
+#: is not data (a meta tensor, a generator), a failure of the recorder itself.
+SKIP_KINDS = ("limit", "not copyable", "slow copy", "not data", "recorder")
 
 
 @dataclass
@@ -47,12 +51,19 @@ class Seen:
     live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
     inner_live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
 
-    def skip(self, reason: str, where: str, order: list[int]) -> None:
+    def skip(self, reason: str, where: str, order: list[int], kind: str = "not data") -> None:
+        """Count a call not recorded; ``kind``: the class of the reason (``SKIP_KINDS``)."""
         if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
             reason = f"other calls not recorded (more than {MAX_REASONS} distinct reasons)"
         have = self.skipped.get(reason)
         if have is None:
-            self.skipped[reason] = {"reason": reason, "where": where, "count": 1, "order": order}
+            self.skipped[reason] = {
+                "reason": reason,
+                "where": where,
+                "count": 1,
+                "order": order,
+                "kind": kind,
+            }
         else:
             have["count"] += 1
 

@@ -68,6 +68,11 @@ class RecordedEntry:
     live_note: str = ""
     #: Where the checked calls came from when every one was made inside another Function.
     inside: tuple[str, ...] = ()
+    #: Why its calls were not recorded, by class (``harness.recording.seen.SKIP_KINDS``),
+    #: the most frequent first.
+    skip_kinds: tuple[str, ...] = ()
+    #: Every call was made under a torch.func transform (none could be recorded).
+    only_under_transform: bool = False
 
 
 def _custom_op(target: str) -> Any:
@@ -239,6 +244,11 @@ def recorded_entry(
         "declaration": decl,
         "nested_in": tuple(function.nested_in),
     }
+    kinds: dict[str, int] = {}
+    for s in function.skipped:
+        kind = getattr(s, "kind", "") or "not data"
+        kinds[kind] = kinds.get(kind, 0) + int(getattr(s, "count", 1))
+    common["skip_kinds"] = tuple(sorted(kinds, key=lambda k: -kinds[k]))
     if not function.calls:
         if function.skipped:
             first = function.skipped[0]
@@ -252,6 +262,7 @@ def recorded_entry(
             return RecordedEntry(
                 function.target,
                 NOT_RECORDABLE,
+                only_under_transform=True,
                 note=f"called only under a torch.func transform ({under} calls; their "
                 "arguments are wrapped tensors): call it once outside a transform to record it",
                 **common,
