@@ -302,3 +302,20 @@ def test_a_run_that_checks_nothing_says_why_per_function_and_still_writes_report
         lines[t.removeprefix(f"{MOD}:")] for t in (v["target"] for v in recorded["verdicts"])
     ]
     assert "[over a size limit: raise --afdb-tensor-limit" in markdown.read_text()
+
+
+def test_a_closure_that_holds_itself_is_copied_with_its_tensors(tmp_path):
+    w = torch.full((3,), 2.0, dtype=torch.float64)
+
+    def power(v, n=1):  # recursive: its closure cell holds itself
+        return v if n == 0 else power(v * w, n - 1)
+
+    cfg = rf.Holder(2.0, torch.zeros(1))
+    cfg.fn = power
+    with harness.recording(tmp_path / "rec") as recorder:
+        rf.Scaled.apply(torch.ones(3, dtype=torch.float64), cfg)
+    ((args, _, _),) = recorder.live_calls()[f"{MOD}:Scaled"].values()
+    copy = args[1].fn
+    assert copy is not power and copy.__closure__[0].cell_contents is copy
+    w.fill_(0.0)  # the program changes its tensor after the call: the copy kept its own
+    assert torch.equal(copy(torch.ones(3, dtype=torch.float64)), torch.full((3,), 2.0).double())

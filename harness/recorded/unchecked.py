@@ -8,7 +8,6 @@ state of the recorded entry), never from the wording of a message.
 from __future__ import annotations
 
 from harness.sources.recorded import (
-    LIVE_ONLY,
     NESTED_ONLY,
     NOT_CHECKABLE,
     NOT_IMPORTABLE,
@@ -72,9 +71,7 @@ def reason_class(r: RecordedEntry) -> tuple[str, str]:
             "call it in one test with that argument dense (the checks differentiate "
             "strided tensors only), or without requires_grad on it if it is data",
         )
-    if r.state == LIVE_ONLY:
-        return ("needs the recording process", "run `pytest --afdb` or `afdb record --check`")
-    return "", ""
+    return "", ""  # live only: its line already says where it is checked
 
 
 def with_reason(text: str, r: RecordedEntry) -> str:

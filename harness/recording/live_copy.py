@@ -223,7 +223,7 @@ class _Copier:
                 d[self.value(k)] = self.value(x)
             return d
         if isinstance(v, types.FunctionType):
-            return self._remember(v, self.function(v))
+            return self.function(v)
         if isinstance(v, types.MethodType):
             return self._remember(v, types.MethodType(v.__func__, self.value(v.__self__)))
         return self.instance(v)
@@ -267,31 +267,40 @@ class _Copier:
         return self.share(t)
 
     def function(self, fn: types.FunctionType) -> types.FunctionType:
-        """``fn`` with the values of its closure copied (its globals stay shared)."""
-        cells = []
-        for cell in fn.__closure__ or ():
-            try:
-                cells.append(types.CellType(self.value(cell.cell_contents)))
-            except ValueError:  # an empty cell
-                cells.append(cell)
-        out = types.FunctionType(
-            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells)
-        )
+        """``fn`` with the values of its closure copied (its globals stay shared); made
+        (and remembered) before its cells are filled, so a closure that holds itself (a
+        recursive inner function) holds its copy."""
+        old = fn.__closure__ or ()
+        cells = tuple(types.CellType() for _ in old)
+        out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, cells)
+        self._remember(fn, out)
         out.__kwdefaults__ = copy.copy(fn.__kwdefaults__)
         out.__qualname__, out.__module__ = fn.__qualname__, fn.__module__
         out.__dict__.update(fn.__dict__)
+        for new, cell in zip(cells, old, strict=True):
+            try:
+                held = cell.cell_contents
+            except ValueError:  # an empty cell stays empty
+                continue
+            new.cell_contents = self.value(held)
         return out
 
     def instance(self, v: Any) -> Any:
-        """An object: deep-copied where its class has no copy hooks of the program's
-        (torch's own way for modules), else rebuilt from its attributes without them; the
-        other way next; kept by reference where neither gives a faithful copy."""
-        hooks = user_hooks(type(v))
-        for way in (self.rebuild, self.deep) if hooks else (self.deep, self.rebuild):
+        """An object: a module or a class of Python's or torch's deep-copied (torch's own
+        way), then rebuilt from its attributes where that fails; an object of the
+        program's own classes rebuilt from its attributes first (what it holds copied by
+        this copier: a closure's tensors too; none of its copy hooks run), then its own
+        copy; kept by reference where neither gives a faithful copy."""
+        cls = type(v)
+        if isinstance(v, torch.nn.Module) or _is_own(cls):
+            ways = (self.deep, self.rebuild)
+        else:
+            ways = (self.rebuild, self.deep)
+        for i, way in enumerate(ways):
             made = way(v)
             if made is not _FAILED:
-                if way == self.rebuild:
-                    self.out.rebuilt.append(type_name(v))
+                if way == self.rebuild and (i > 0 or user_hooks(cls)):
+                    self.out.rebuilt.append(type_name(v))  # its own copy not used: said
                 return made
         return self.share(v)
 
