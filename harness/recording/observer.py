@@ -293,6 +293,7 @@ class Recorder:
     def _observe_function(
         self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Callable[[], None] | None:
+        self._local.where = ""  # until the scan below finds it
         found: Seen | None = self._by_class.get(cls, _UNSEEN)
         if found is None:
             return None
@@ -312,6 +313,7 @@ class Recorder:
     def _observe_op(
         self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Callable[[], None] | None:
+        self._local.where = ""
         suite, nested, frame_where = self._scan()
         self._local.where = frame_where
         if suite:
