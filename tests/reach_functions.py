@@ -329,3 +329,20 @@ class Accumulate(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         return grad * ctx.k, None
+
+
+class TorchMmSparse(torch.autograd.Function):
+    """``sparse @ x`` through ``torch.mm`` (as an NUFFT package's interpolation does): under
+    vmap, torch cannot batch ``torch.mm`` of a sparse matrix with a batched dense one."""
+
+    @staticmethod
+    def forward(sparse: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(sparse, x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.sparse = inputs[0]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        return None, torch.mm(ctx.sparse.t(), grad)

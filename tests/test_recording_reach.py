@@ -118,11 +118,13 @@ def _sparse() -> torch.Tensor:
 
 def test_a_sparse_argument_no_call_differentiates_is_data_for_every_check(tmp_path, capsys):
     with harness.recording(tmp_path / "rec") as recorder:
-        for F in (rf.SparseMatmul, rf.BuggySparseMatmul, rf.VmapSparseMatmul):
+        for F in (rf.SparseMatmul, rf.BuggySparseMatmul, rf.VmapSparseMatmul, rf.TorchMmSparse):
             x = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
             F.apply(_sparse(), x).sum().backward()
     report = tmp_path / "r.json"
-    status, lines, out = _check(recorder, capsys, "--checks", "vjp,vmap", "--json", str(report))
+    status, lines, out = _check(
+        recorder, capsys, "--checks", "vjp,vmap,vmap_of_autograd_grad", "--json", str(report)
+    )
     assert status == 1, out
     assert lines["SparseMatmul"].startswith("conforms ("), out
     assert lines["BuggySparseMatmul"].startswith("FAIL: "), out
@@ -137,6 +139,16 @@ def test_a_sparse_argument_no_call_differentiates_is_data_for_every_check(tmp_pa
         in (batched[0]["message"])
     )
     assert held and all(c["status"] == "pass" for c in held)  # the sparse data unbatched
+    # the backward under vmap meets the sparse matrix: torch cannot batch that, said so
+    assert lines["TorchMmSparse"].startswith("conforms ("), out
+    ran = [c for k, c in cases.items() if f"{MOD}:SparseMatmul/vmap_of_autograd_grad" in k]
+    assert ran and all(c["status"] == "pass" for c in ran)  # torch.sparse.mm batches
+    grads = [c for k, c in cases.items() if f"{MOD}:TorchMmSparse/vmap_of_autograd_grad" in k]
+    assert grads and all(c["status"] == "unsupported" for c in grads), [
+        (c["status"], c["message"][:300]) for c in grads
+    ]
+    assert "the Function raised under torch.func.vmap (" in grads[0]["message"]
+    assert "argument 0 is a sparse_coo tensor: torch has no batching rule" in grads[0]["message"]
 
 
 def test_a_sparse_argument_that_requires_grad_is_still_named_not_checkable(tmp_path, capsys):

@@ -21,7 +21,7 @@ from harness.checks.catalogue import (
     get_check,
     staticmethods_called,
 )
-from harness.checks.layouts import unbatchable_layout
+from harness.checks.layouts import sparse_under_vmap, unbatchable_layout
 from harness.core import shims
 from harness.core.errors import CaseTimeout
 from harness.core.locations import describe_exception
@@ -205,7 +205,9 @@ def _run_case(
                     if isinstance(e, KeyboardInterrupt) and interrupt.seen:
                         raise
                     describing = True  # the Function's __str__ runs here, under the limit
-                    refused = refusal(data.entry, case.check, e)
+                    refused = refusal(data.entry, case.check, e) or sparse_under_vmap(
+                        case.plan, tuple(data.base_samples()[case.sample_index].args), e
+                    )
                     if refused:  # torch refusing a transform the Function never claimed
                         result.status, result.message = UNSUPPORTED, _where(case, refused)
                     else:
