@@ -197,10 +197,20 @@ def test_functions_that_cannot_be_checked_are_listed_with_the_reason(capsys):
     text = capsys.readouterr().out
     lines = {v.target: v.line for v in found}
     assert lines["tests.recorded_functions:Mul"].startswith("conforms")
-    assert lines["m:Weird"] == "not recordable: argument 1 is a `m.Config` (t::b)"
+    assert lines["m:Weird"].startswith("not recordable: argument 1 is a `m.Config` (t::b) [")
     assert lines["m:Inner"].startswith("not checked: called only inside m:Outer.forward")
     assert lines["m:Vmapped"].startswith("not recordable: called only under a torch.func")
     assert "checked only in the recording process" in lines["t:f.<locals>.F"]
+    # each one ends with the class of its reason and what to do about it
+    assert lines["m:Weird"].endswith(
+        "[an argument is not data: call it in one test with arguments that are data or "
+        "objects (tensors with data, numbers, modules): see docs/recording.md, What is recorded]"
+    )
+    assert lines["m:Inner"].endswith("[only inside another Function: call it directly in one test]")
+    assert lines["m:Vmapped"].endswith(
+        "[only under a transform: call it once outside torch.func (eagerly) in one test]"
+    )
+    assert "[only in a local scope: define the class at module level" in lines["t:f.<locals>.F"]
     assert lines["m:Unused"] == "never called"
     assert (
         "5 Functions called by 3 tests: 1 conform, 0 fail, 4 not checkable (1 not importable "

@@ -226,7 +226,16 @@ def test_a_call_with_a_recorded_kind_is_checked(tmp_path, capsys, kind):
     assert "tests.data_kinds_functions:Probe  conforms (" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("kind", ["sparse-coo", "quantized-per-tensor"])
+def test_a_sparse_coo_argument_no_call_differentiates_is_checked_as_data(tmp_path, capsys):
+    _record(tmp_path / "rec", KINDS["sparse-coo"])
+    assert (
+        main(["check", "--recorded", str(tmp_path / "rec"), "--checks", "vmap,vjp", "-n", "0"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "tests.data_kinds_functions:Probe  conforms (" in out and "internal" not in out
+
+
+@pytest.mark.parametrize("kind", ["sparse-csr", "quantized-per-tensor"])
 def test_sparse_and_quantized_arguments_are_named_not_checked(tmp_path, capsys, kind):
     _record(tmp_path / "rec", KINDS[kind])
     assert (

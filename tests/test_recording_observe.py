@@ -151,12 +151,12 @@ def test_a_value_that_is_not_data_is_kept_live_and_described(tmp_path):
     live_arg = call.args[5]
     assert (live_arg.type, live_arg.name) == ("tests.test_recording_observe:Config", "")
     why = "argument 5 is a `tests.test_recording_observe.Config`: not recordable"
-    assert live_arg == Live(live_arg.type, "", why)  # why it is not data
+    assert live_arg == Live(live_arg.type, "", why, "deep copy")  # why it is not data, how kept
     (live,) = recorder.live_calls()[f"{MOD}:Options"].values()
     assert type(live[0][5]) is Config and torch.equal(live[0][6]["b"], torch.ones(2))
 
 
-def test_a_value_that_cannot_be_copied_is_named_and_counted(tmp_path):
+def test_a_value_that_cannot_be_copied_is_kept_by_reference(tmp_path):
     import threading
 
     with recording(tmp_path / "rec") as recorder:
@@ -170,10 +170,14 @@ def test_a_value_that_cannot_be_copied_is_named_and_counted(tmp_path):
                 threading.Lock(),
                 {"b": torch.ones(2)},
             )
+    # a lock holds no tensor and no call changes it: kept by reference, and said so
     f = recorder.result().function(f"{MOD}:Options")
-    assert f.calls == () and f.call_count == 2
-    ((reason, count),) = [(s.reason, s.count) for s in f.skipped]
-    assert count == 2 and "cannot be copied for the check" in reason, reason
+    assert len(f.calls) == 1 and f.call_count == 2 and f.skipped == ()
+    assert f.calls[0].args[5].kept == (
+        "copied, 1 part kept by reference (`_thread:lock`) and checked unchanged by the call"
+    )
+    (live,) = recorder.live_calls()[f"{MOD}:Options"].values()
+    assert type(live[0][5]).__name__ == "lock" and live[0][6]["b"] is not None
 
 
 def test_size_limits_name_the_call_and_keep_the_rest(tmp_path):

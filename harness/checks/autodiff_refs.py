@@ -273,6 +273,8 @@ class Watch:
     def verify(self, label: str, findings: Findings, why: str) -> None:
         for what, t, before in self._items:
             after = t.detach()
+            if after.layout != torch.strided:  # sparse data: compared as the values it holds
+                after, before = after.to_dense(), before.to_dense()
             if after.shape != before.shape or not torch.equal(after, before):
                 findings.add(f"{label}: {what} was modified in place by the call ({why})")
 

@@ -57,6 +57,7 @@ def amplification(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> fl
     """``max|inputs| / max|outputs|`` clamped to [1, MAX_AMPLIFICATION]."""
 
     def biggest(ts: list[torch.Tensor]) -> float:
+        ts = [t.detach()._values() if t.layout == torch.sparse_coo else t for t in ts]
         vals = [float(t.detach().abs().max()) for t in ts if t.numel()]
         vals = [v for v in vals if v == v and v != float("inf")]
         return max(vals, default=0.0)

@@ -179,8 +179,10 @@ def assert_inputs_unchanged(
     name: str, args: Sequence[Any], snapshot: list[tuple[int, torch.Tensor]]
 ) -> None:
     for i, before in snapshot:
-        after = args[i]
-        if after.shape != before.shape or not torch.equal(after.detach(), before):
+        after = args[i].detach()
+        if after.layout != torch.strided:  # sparse data: compared as the values it holds
+            after, before = after.to_dense(), before.to_dense()
+        if after.shape != before.shape or not torch.equal(after, before):
             raise CheckFailure(
                 f"{name}: input {i} was modified by the call; declare it with inplace_args "
                 "(and mark_dirty) if that is intended"

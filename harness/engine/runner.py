@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from autograd_function_db.entry import Entry, Sample
 from harness.checks.catalogue import (
@@ -21,6 +22,7 @@ from harness.checks.catalogue import (
     get_check,
     staticmethods_called,
 )
+from harness.checks.layouts import sparse_under_vmap, unbatchable_layout
 from harness.core import shims
 from harness.core.errors import CaseTimeout
 from harness.core.locations import describe_exception
@@ -91,6 +93,14 @@ def _raised(case: Case, e: BaseException) -> tuple[str, str]:
             "Exception)"
         )
     return blamed(e, where)  # the suite's own bug is ``internal``, never the Function's
+
+
+def _sample_args(data: EntryData, index: int | None) -> tuple[Any, ...]:
+    """The arguments of the case's sample, () where they cannot be had (never raises)."""
+    try:
+        return tuple(data.base_samples()[index].args) if index is not None else ()
+    except Exception:  # noqa: BLE001 - only asked to explain an exception already caught
+        return ()
 
 
 def _where(case: Case, message: str) -> str:
@@ -189,6 +199,9 @@ def _run_case(
                     nonfinite = data.nonfinite(case.sample_index)
                     if nonfinite:
                         raise NonFiniteSample(nonfinite)
+                    layout = unbatchable_layout(case.plan, tuple(ctx.sample.args))
+                    if layout and case.plan is not None:  # sparse data: vmap cannot batch it
+                        raise Unsupported(f"{case.check} {case.plan.id}: {layout}")
                     used = spec.run(ctx)
                     if used:
                         result.reference = used
@@ -207,7 +220,9 @@ def _run_case(
                     if isinstance(e, KeyboardInterrupt) and interrupt.seen:
                         raise
                     describing = True  # the Function's __str__ runs here, under the limit
-                    refused = refusal(data.entry, case.check, e)
+                    refused = refusal(data.entry, case.check, e) or sparse_under_vmap(
+                        case.plan, _sample_args(data, case.sample_index), e
+                    )
                     if refused:  # torch refusing a transform the Function never claimed
                         result.status, result.message = UNSUPPORTED, _where(case, refused)
                     else:

@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
 from harness.core.state_notes import verdict_note
+from harness.recorded.unchecked import with_reason
 from harness.sources.recorded import (
     CHECKED,
     LIVE_ONLY,
@@ -198,7 +199,7 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
                 NOT_CHECKABLE: f"not checked: {r.note}",
                 LIVE_ONLY: f"not checked here: {r.note}",
             }[r.state]
-            out.append(Verdict(r.target, r.state, text, False, r.legacy))
+            out.append(Verdict(r.target, r.state, with_reason(text, r), False, r.legacy))
             continue
         cases = by_entry.get(r.target, [])
         bad = any(c.status in BAD_STATUSES for c in cases)

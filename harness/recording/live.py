@@ -19,9 +19,9 @@ Reading a recording builds ``Ref`` and ``Live`` placeholders and imports nothing
 
 from __future__ import annotations
 
-import copy
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,14 @@ import torch
 
 from harness.recording import values
 from harness.recording.data_errors import NotRecordable
+from harness.recording.live_copy import (
+    Copied,
+    TookTooLong,
+    bounded,
+    copy_call,
+    held_tensors,
+    type_name,
+)
 from harness.recording.refs import top_package
 
 
@@ -40,6 +48,8 @@ class Live:
     name: str = ""
     #: Why it is not data (the reason the plain-data encoding gave).
     why: str = ""
+    #: How the recording process kept it (a deep copy; copied with parts by reference).
+    kept: str = ""
 
     def describe(self) -> str:
         return f"`{self.type}`" + (f" ({self.name})" if self.name else "")
@@ -66,19 +76,17 @@ class Wrapped:
     requires_grad: bool
 
 
-def type_name(value: Any) -> str:
-    t = type(value)
-    return f"{t.__module__}:{t.__qualname__}"
-
-
 def _own_name(value: Any) -> str:
     """``module:qualname`` of a function, class or bound method, else ''."""
     if isinstance(value, types.MethodType):
         owner = getattr(value.__self__, "__class__", None)
         base = _own_name(owner) if owner is not None else ""
         return f"{base}.{value.__name__}" if base else ""
-    module = getattr(value, "__module__", None)
-    qual = getattr(value, "__qualname__", None)
+    try:  # an object's own ``__getattr__`` may raise anything
+        module = getattr(value, "__module__", None)
+        qual = getattr(value, "__qualname__", None)
+    except Exception:
+        return ""
     if isinstance(module, str) and isinstance(qual, str) and not isinstance(value, torch.Tensor):
         return f"{module}:{qual}"
     return ""
@@ -109,17 +117,13 @@ def reference(value: Any, package: str) -> str | None:
 
 
 def _nbytes(value: Any, seen: set[int]) -> int:
-    """Bytes of the tensors a live value holds (a module's parameters and buffers)."""
-    module = value.__self__ if isinstance(value, types.MethodType) else value
+    """Bytes of every tensor a live value holds (a module's parameters and buffers, an
+    object's attributes, a closure's cells), each tensor counted once over the call."""
     total = 0
-    if isinstance(module, torch.nn.Module):
-        for t in list(module.parameters()) + list(module.buffers()):
-            if id(t) not in seen:
-                seen.add(id(t))
-                total += t.numel() * t.element_size()
-    elif isinstance(module, torch.Tensor) and id(module) not in seen:
-        seen.add(id(module))
-        total += module.numel() * module.element_size()
+    for t in held_tensors(value):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
     return total
 
 
@@ -136,6 +140,8 @@ class LiveSnapshot:
     nbytes: int
     key: str
     biggest: int
+    #: The copy (what it kept by reference, to be found unchanged after the call).
+    copied: Copied | None = None
 
 
 def _node(
@@ -181,6 +187,22 @@ def _node(
     return {"live": {"type": type_name(value), "name": _own_name(value), "why": why}}
 
 
+def _live_nodes(node: Any) -> list[dict[str, Any]]:
+    """The ``live`` and ``ref`` bodies of a call's nodes (where ``kept`` is said)."""
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, list):
+            stack.extend(n)
+        elif isinstance(n, dict):
+            if "live" in n and isinstance(n["live"], dict):
+                out.append(n["live"])
+            else:
+                stack.extend(n.values())
+    return out
+
+
 def _wrapper_node(value: Any, path: str, depth: int, tensors: list) -> Any:
     """A traceable wrapper subclass (``__tensor_flatten__``/``__tensor_unflatten__``) as
     its inner tensors, metadata (when data) and class; None when it is not one."""
@@ -219,23 +241,17 @@ def _wrapper_node(value: Any, path: str, depth: int, tensors: list) -> Any:
     }
 
 
-def _function_copy(fn: types.FunctionType, memo: dict[int, Any]) -> types.FunctionType:
-    """``fn`` with the values of its closure deep-copied (the snapshot's memo: a module a
-    lambda holds and the same module passed as an argument stay one object); a cell whose
-    value cannot be copied stays shared, as a function's globals do."""
-    cells = []
-    for cell in fn.__closure__ or ():
-        try:
-            cells.append(types.CellType(copy.deepcopy(cell.cell_contents, memo)))
-        except Exception:
-            cells.append(cell)
-    out = types.FunctionType(
-        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells)
-    )
-    out.__kwdefaults__ = copy.copy(fn.__kwdefaults__)
-    out.__qualname__, out.__module__ = fn.__qualname__, fn.__module__
-    out.__dict__.update(fn.__dict__)
-    return out
+#: How long copying one call's live values may take (seconds) before it is given up.
+SNAPSHOT_SECONDS = 10.0
+
+
+class NotCopied(NotRecordable):
+    """A live value that could be neither copied nor kept (the message is the reason;
+    ``kind``: ``not copyable``, or ``slow copy`` when copying took too long)."""
+
+    def __init__(self, message: str, kind: str = "not copyable") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def snapshot(
@@ -245,40 +261,57 @@ def snapshot(
     keys: set[str] | frozenset[str] = frozenset(),
     limits: tuple[int, int] | None = None,
     allowed: frozenset[str] = frozenset(),
+    seconds: float = SNAPSHOT_SECONDS,
+    enter: Callable[[], None] = lambda: None,
 ) -> LiveSnapshot | None:
-    """The call as nodes with live values, and its deep copy (None, nothing copied, when
-    its key is among ``keys``); NotRecordable (the reason) when a value can be neither data
-    nor copied. ``limits`` (the largest tensor or module, the bytes left): over them
-    nothing is copied either (the caller names the limit)."""
+    """The call as nodes with live values, and its copy (None, nothing copied, when its
+    key is among ``keys``); NotRecordable (the reason) when a value can be neither data
+    nor copied, ``NotCopied`` when copying failed or took longer than ``seconds`` (run
+    in a thread of its own, ``enter`` first there). ``limits`` (the largest tensor or
+    object, the bytes left): over them nothing is copied either (the caller names the
+    limit); every tensor an object holds counts."""
     tensors: list[torch.Tensor] = []
     held: list[Any] = []
-    nodes = [_node(a, str(i), 0, tensors, package, held, allowed) for i, a in enumerate(args)]
-    knodes = {k: _node(v, k, 0, tensors, package, held, allowed) for k, v in kwargs.items()}
-    key = repr([nodes, knodes])
-    if key in keys:
-        return None
-    seen: set[int] = {id(t) for t in tensors}
-    sizes = [t.numel() * t.element_size() for t in tensors]
-    held_bytes = [_nbytes(v, seen) for v in held]
+    with torch._C.DisableTorchFunctionSubclass():
+        nodes = [_node(a, str(i), 0, tensors, package, held, allowed) for i, a in enumerate(args)]
+        knodes = {k: _node(v, k, 0, tensors, package, held, allowed) for k, v in kwargs.items()}
+        key = repr([nodes, knodes])
+        if key in keys:
+            return None
+        seen: set[int] = {id(t) for t in tensors}
+        sizes = [t.numel() * t.element_size() for t in tensors]
+        held_bytes = [_nbytes(v, seen) for v in held]
     total, biggest = sum(sizes) + sum(held_bytes), max(sizes + held_bytes + [0])
     if limits is not None and (biggest > limits[0] or total > limits[1]):
         return LiveSnapshot(nodes, knodes, tensors, (), {}, total, key, biggest)
-    memo: dict[int, Any] = {}
-    for t in tensors:
-        if t.grad_fn is not None or type(t) is torch.Tensor:
-            memo[id(t)] = t.detach().clone().requires_grad_(t.requires_grad)
+
+    def take() -> Copied:
+        with torch._C.DisableTorchFunctionSubclass():
+            memo: dict[int, Any] = {}
+            for t in tensors:
+                if t.grad_fn is not None or type(t) is torch.Tensor:
+                    memo[id(t)] = t.detach().clone().requires_grad_(t.requires_grad)
+            return copy_call(tuple(args), dict(kwargs), memo)
+
+    what = ", ".join(dict.fromkeys(f"`{type_name(v)}`" for v in held))
     try:
-        for value in held:  # a function's closure is copied too (deepcopy keeps functions)
-            if isinstance(value, types.FunctionType) and value.__closure__:
-                memo[id(value)] = _function_copy(value, memo)
-        live_args, live_kwargs = copy.deepcopy((tuple(args), dict(kwargs)), memo)
+        copied = bounded(take, seconds, enter)
+    except TookTooLong:
+        raise NotCopied(
+            f"an argument ({what}) was not recorded: copying it took longer than {seconds:g} s",
+            "slow copy",
+        ) from None
     except Exception as e:
-        what = ", ".join(dict.fromkeys(f"`{type_name(v)}`" for v in held))
-        raise NotRecordable(
+        raise NotCopied(
             f"an argument ({what}) cannot be copied for the check "
             f"({type(e).__name__}: {str(e)[:200]})"
         ) from None
-    return LiveSnapshot(nodes, knodes, tensors, live_args, live_kwargs, total, key, biggest)
+    kept = copied.strategy()
+    for body in _live_nodes([nodes, knodes]):
+        body["kept"] = kept
+    return LiveSnapshot(
+        nodes, knodes, tensors, copied.args, copied.kwargs, total, key, biggest, copied
+    )
 
 
 # --- back from data ----------------------------------------------------------------------
@@ -292,7 +325,7 @@ def restore(
     if kind == "ref":
         return Ref(value["target"], value["type"])
     if kind == "live":
-        return Live(value["type"], value["name"], value.get("why", ""))
+        return Live(value["type"], value["name"], value.get("why", ""), value.get("kept", ""))
     if kind == "subclass":
         return Wrapped(
             value["class"],

@@ -18,6 +18,8 @@ class SkippedCall:
     reason: str
     where: str
     count: int = 1
+    #: The class of the reason (``harness.recording.seen.SKIP_KINDS``); '' when unknown.
+    kind: str = ""
 
 
 @dataclass(frozen=True)

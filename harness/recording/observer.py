@@ -24,7 +24,7 @@ import functools
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -32,13 +32,14 @@ from typing import Any
 import torch
 
 from harness.core.errors import UsageError
-from harness.core.locations import location, portable_argv
+from harness.core.locations import location
 from harness.recording import live as live_values
 from harness.recording import store
 from harness.recording.data_errors import NotRecordable
 from harness.recording.live import class_suffix
 from harness.recording.packages import functions_in
 from harness.recording.refs import packages_of, top_package
+from harness.recording.seen import Seen, default_program, is_legacy, mib, op_target
 from harness.recording.selection import Selector, combination
 from harness.recording.values import fast_key, snapshot, stored
 
@@ -49,68 +50,12 @@ _EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
 _BOTTOM = _HARNESS + os.path.join("plugin", "replay.py")
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _METHODS = ("forward", "backward", "vjp", "jvp", "vmap", "setup_context")
-#: Distinct skip reasons kept per Function; more are counted under one reason.
-MAX_REASONS = 20
 #: Distinct calls per Function whose repeats are recognised without a snapshot.
 _MAX_FAST = 10_000
 
 _active_lock = threading.Lock()
 _UNSEEN: Any = object()  # a class not looked at yet
 _active: list[Recorder] = []
-
-
-@dataclass
-class _Seen:
-    """What one Function (or op) has seen so far."""
-
-    target: str
-    kind: str
-    legacy: bool
-    importable: bool
-    call_count: int = 0
-    under_transform: int = 0
-    nested_in: set[str] = field(default_factory=set)
-    keys: set[str] = field(default_factory=set)
-    calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
-    skipped: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Which calls to keep (``harness.recording.selection``), the bytes of each kept call,
-    #: and the packages whose types (enums, namedtuples) the calls' values may name.
-    selector: Selector = field(default_factory=lambda: Selector(8))
-    sizes: list[int] = field(default_factory=list)
-    allowed: frozenset[str] = frozenset({"torch"})
-    #: Combination of each distinct call already seen, by ``values.fast_key`` (a repeat
-    #: then costs no snapshot).
-    fast: dict[Any, str] = field(default_factory=dict)
-    #: Calls made only inside another Function (kept when no top-level call is).
-    inner_calls: list[tuple[dict[str, Any], list[torch.Tensor]]] = field(default_factory=list)
-    inner_keys: set[str] = field(default_factory=set)
-    #: The live snapshots of calls that hold live values, by their place in ``calls``.
-    live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
-    inner_live: dict[int, tuple[tuple[Any, ...], dict[str, Any], str]] = field(default_factory=dict)
-
-    def skip(self, reason: str, where: str, order: list[int]) -> None:
-        if reason not in self.skipped and len(self.skipped) >= MAX_REASONS:
-            reason = f"other calls not recorded (more than {MAX_REASONS} distinct reasons)"
-        have = self.skipped.get(reason)
-        if have is None:
-            self.skipped[reason] = {"reason": reason, "where": where, "count": 1, "order": order}
-        else:
-            have["count"] += 1
-
-
-def _is_legacy(cls: type) -> bool:
-    from torch.autograd.function import _is_setup_context_defined
-
-    return not _is_setup_context_defined(cls.setup_context)  # type: ignore[attr-defined]
-
-
-def _op_target(op: Any) -> tuple[str, str]:
-    """(namespace, ``torch.ops.ns.name[.overload]``) of an OpOverload or OpOverloadPacket."""
-    qualified = getattr(op, "_qualified_op_name", None) or op._schema.name
-    ns, _, name = qualified.partition("::")
-    overload = getattr(op, "_overloadname", "default") or "default"
-    target = f"torch.ops.{ns}.{name}" + ("" if overload == "default" else f".{overload}")
-    return ns, target
 
 
 class Recorder:
@@ -149,11 +94,13 @@ class Recorder:
         self.max_calls = max_calls
         self.tensor_limit = tensor_limit
         self.total_limit = total_limit
-        self.program = program if program is not None else _default_program()
+        #: How long copying one call's live values may take before it is given up.
+        self.snapshot_seconds = live_values.SNAPSHOT_SECONDS
+        self.program = program if program is not None else default_program()
         self.classes: dict[str, type] = {}
         self._suffixes: dict[str, dict[str, str]] = {}
-        self._seen: dict[str, _Seen] = {}
-        self._by_class: dict[Any, _Seen | None] = {}
+        self._seen: dict[str, Seen] = {}
+        self._by_class: dict[Any, Seen | None] = {}
         self._codes: dict[CodeType, str] = {}
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -169,6 +116,13 @@ class Recorder:
         with self._lock:
             self._test = (nodeid, index) if nodeid is not None else None
             self._seq = 0
+
+    def _place(self, frame_where: str) -> str:
+        """Where a call was made: the pytest item, else the line (no sequence taken)."""
+        if self._test is not None:
+            return self._test[0]
+        current = os.environ.get("PYTEST_CURRENT_TEST")
+        return current.rsplit(" (", 1)[0] if current else frame_where
 
     def _where_and_order(self, frame_where: str) -> tuple[str, list[int]]:
         self._seq += 1
@@ -222,21 +176,27 @@ class Recorder:
             if getattr(local, "busy", False):
                 return original(cls, *args, **kwargs)
             local.busy = True
-            try:
-                recorder._observe_function(cls, args, kwargs)
+            after = None
+            try:  # subclasses' __torch_function__ is the program's: observing runs none
+                with torch._C.DisableTorchFunctionSubclass():
+                    after = recorder._observe_function(cls, args, kwargs)
             except Exception as e:  # the observer never breaks the program
                 recorder._failed(cls, e)
             finally:
                 local.busy = False
-            if not torch._C._are_functorch_transforms_active():
-                return original(cls, *args, **kwargs)
-            # Under a transform torch calls apply again at the level below, on unwrapped
-            # tensors: that is this call, already counted, not another one.
-            local.busy = True
             try:
-                return original(cls, *args, **kwargs)
+                if not torch._C._are_functorch_transforms_active():
+                    return original(cls, *args, **kwargs)
+                # Under a transform torch calls apply again at the level below, on unwrapped
+                # tensors: that is this call, already counted, not another one.
+                local.busy = True
+                try:
+                    return original(cls, *args, **kwargs)
+                finally:
+                    local.busy = False
             finally:
-                local.busy = False
+                if after is not None:
+                    recorder._after(cls, after)
 
         apply.__wrapped__ = original  # type: ignore[attr-defined]
         return apply
@@ -249,14 +209,16 @@ class Recorder:
             if getattr(local, "busy", False) or torch.compiler.is_compiling():
                 return original(op, *args, **kwargs)
             try:
-                ns, target = _op_target(op)
+                ns, target = op_target(op)
             except Exception:
                 return original(op, *args, **kwargs)
             if ns not in recorder.ops:
                 return original(op, *args, **kwargs)
             local.busy = True
+            after = None
             try:
-                recorder._observe_op(target, args, kwargs)
+                with torch._C.DisableTorchFunctionSubclass():
+                    after = recorder._observe_op(target, args, kwargs)
             except Exception as e:
                 recorder._failed(target, e)
             finally:
@@ -269,13 +231,15 @@ class Recorder:
                 return original(op, *args, **kwargs)
             finally:
                 stack.pop()
+                if after is not None:
+                    recorder._after(target, after)
 
         __call__.__wrapped__ = original  # type: ignore[attr-defined]
         return __call__
 
     # --- observing -----------------------------------------------------------------------
 
-    def _register(self, cls: Any) -> _Seen | None:
+    def _register(self, cls: Any) -> Seen | None:
         module = getattr(cls, "__module__", "") or ""
         if module == "torch" or module.startswith("torch."):
             self._by_class[cls] = None
@@ -287,10 +251,10 @@ class Recorder:
                 target += class_suffix(cls)
         seen = self._seen.get(target)
         if seen is None:
-            seen = self._seen[target] = _Seen(
+            seen = self._seen[target] = Seen(
                 target,
                 "function",
-                _is_legacy(cls),
+                is_legacy(cls),
                 module != "__main__" and "<locals>" not in qual,
             )
             self._prepare(seen)
@@ -331,59 +295,69 @@ class Recorder:
         at = main or caller
         return False, nested, _location(at.f_code.co_filename, at.f_lineno) if at else ""
 
-    def _observe_function(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        found: _Seen | None = self._by_class.get(cls, _UNSEEN)
+    def _observe_function(
+        self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Callable[[], None] | None:
+        self._local.where = ""  # until the scan below finds it
+        found: Seen | None = self._by_class.get(cls, _UNSEEN)
         if found is None:
-            return
+            return None
         suite, nested, frame_where = self._scan()
+        self._local.where = frame_where
         if suite:
-            return
+            return None
         with self._lock:
             seen = self._register(cls) if found is _UNSEEN else found
             if seen is None:
-                return
+                return None
             stack = getattr(self._local, "ops", None)
             if nested is None and stack:
                 nested = stack[-1]
-            self._observe(seen, nested, frame_where, args, kwargs)
+            return self._observe(seen, nested, frame_where, args, kwargs)
 
-    def _observe_op(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _observe_op(
+        self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Callable[[], None] | None:
+        self._local.where = ""
         suite, nested, frame_where = self._scan()
+        self._local.where = frame_where
         if suite:
-            return
+            return None
         with self._lock:
             seen = self._seen.get(target)
             if seen is None:
-                seen = self._seen[target] = _Seen(target, "custom_op", False, True)
+                seen = self._seen[target] = Seen(target, "custom_op", False, True)
                 self._prepare(seen)
             stack = getattr(self._local, "ops", None)
             if nested is None and stack:
                 nested = stack[-1]
-            self._observe(seen, nested, frame_where, args, kwargs)
+            return self._observe(seen, nested, frame_where, args, kwargs)
 
-    def _prepare(self, seen: _Seen) -> None:
+    def _prepare(self, seen: Seen) -> None:
         seen.selector = Selector(self.max_calls)
         seen.allowed = packages_of([seen.target])
 
     def _observe(
         self,
-        seen: _Seen,
+        seen: Seen,
         nested: str | None,
         frame_where: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> None:
+    ) -> Callable[[], None] | None:
+        """Count the call and keep it as data or a snapshot; a callable when the keeping
+        must wait for the call to return (parts kept by reference, checked unchanged)."""
         seen.call_count += 1
         where, order = self._where_and_order(frame_where)
         if torch._C._are_functorch_transforms_active():
             seen.under_transform += 1
-            return
+            return None
         calls, keys, lives = seen.calls, seen.keys, seen.live
         inner = nested is not None
         if nested is not None:
             seen.nested_in.add(nested)
             if seen.calls or len(seen.inner_calls) >= self.max_calls:
-                return
+                return None
             # recorded from these calls only while no top-level call is (the first K)
             calls, keys, lives = seen.inner_calls, seen.inner_keys, seen.inner_live
             where = f"{where} (inside {nested})"
@@ -391,7 +365,7 @@ class Recorder:
         known = seen.fast.get(fast) if fast is not None else None
         if known is not None:  # a repeat of a distinct call already seen
             seen.selector.seen(known, where)
-            return
+            return None
         snap: Any
         try:
             snap = snapshot(args, kwargs, seen.allowed)
@@ -400,13 +374,59 @@ class Recorder:
                 package = top_package(seen.target.partition(":")[0])
                 room = self.total_limit - self._stored
                 snap = live_values.snapshot(
-                    args, kwargs, package, keys, (self.tensor_limit, room), seen.allowed
+                    args,
+                    kwargs,
+                    package,
+                    keys,
+                    (self.tensor_limit, room),
+                    seen.allowed,
+                    self.snapshot_seconds,
+                    self._enter_copy,
                 )
-            except NotRecordable as e2:
-                seen.skip(str(e2) if "cannot be copied" in str(e2) else str(e), where, order)
-                return
+            except live_values.NotCopied as e2:
+                seen.skip(str(e2), where, order, e2.kind)
+                return None
+            except NotRecordable:
+                seen.skip(str(e), where, order)
+                return None
             if snap is None:  # a repeat of a live call already kept
-                return
+                return None
+            if snap.copied is not None and snap.copied.shared:
+                # parts kept by reference: kept only if the call leaves them as they were
+                def after() -> None:
+                    changed = snap.copied.changed()
+                    if changed:
+                        seen.skip(
+                            f"an argument ({', '.join(f'`{n}`' for n in snap.copied.shared)}) "
+                            f"cannot be copied and {changed}",
+                            where,
+                            order,
+                            "not copyable",
+                        )
+                        return None
+                    self._keep(seen, snap, inner, fast, where, order, calls, keys, lives)
+
+                return after
+        self._keep(seen, snap, inner, fast, where, order, calls, keys, lives)
+        return None
+
+    def _enter_copy(self) -> None:
+        """In the thread that copies live values: the program's calls there are not observed."""
+        self._local.busy = True
+
+    def _keep(
+        self,
+        seen: Seen,
+        snap: Any,
+        inner: bool,
+        fast: Any,
+        where: str,
+        order: list[int],
+        calls: list[Any],
+        keys: set[str],
+        lives: dict[int, Any],
+    ) -> None:
+        """Keep the call (or count it) by its combination, the cap and the size limits."""
         combo = combination(snap.args, snap.kwargs)
         if not inner and seen.selector.seen(combo, where) is None:
             return
@@ -420,10 +440,11 @@ class Recorder:
         for size in sizes:
             if size > self.tensor_limit:
                 seen.skip(
-                    f"a tensor argument of {_mib(size)} is over the per-tensor limit of "
-                    f"{_mib(self.tensor_limit)} (--tensor-limit)",
+                    f"a tensor argument of {mib(size)} is over the per-tensor limit of "
+                    f"{mib(self.tensor_limit)} (--tensor-limit)",
                     where,
                     order,
+                    "limit",
                 )
                 return
         if inner:  # the first K distinct calls inside other Functions
@@ -440,10 +461,11 @@ class Recorder:
             keys.discard(snap.key)
             seen.fast.pop(fast, None)
             seen.skip(
-                f"its tensors ({_mib(snap.nbytes)}) would take the recording over its total "
-                f"limit of {_mib(self.total_limit)} (--total-limit)",
+                f"its tensors ({mib(snap.nbytes)}) would take the recording over its total "
+                f"limit of {mib(self.total_limit)} (--total-limit)",
                 where,
                 order,
+                "limit",
             )
             return
         if replaced is not None:  # a call of a combination kept more often makes room
@@ -467,16 +489,37 @@ class Recorder:
             seen.selector.keep(combo, priority)
             seen.sizes.append(snap.nbytes)
 
+    def _after(self, what: Any, keep: Callable[[], None]) -> None:
+        """After the call returned (or raised): keep what had to wait for it."""
+        local = self._local
+        local.busy = True
+        try:
+            with self._lock, torch._C.DisableTorchFunctionSubclass():
+                keep()
+        except Exception as e:  # the observer never breaks the program
+            self._failed(what, e)
+        finally:
+            local.busy = False
+
     def _failed(self, what: Any, error: Exception) -> None:
-        """The observer itself failed on a call: named as that call's skip reason."""
+        """The observer itself failed on a call: named as that call's skip reason, with
+        the place of the call (the test, else the line: known without the arguments)."""
         with self._lock:
             target = what if isinstance(what, str) else None
             seen = self._seen.get(target) if target else self._by_class.get(what)
             if seen:
+                where = ""
+                with contextlib.suppress(Exception):
+                    where = self._place(getattr(self._local, "where", ""))
+                try:
+                    text = str(error)[:300]
+                except Exception:
+                    text = "(its message cannot be read)"
                 seen.skip(
-                    f"the recorder failed on this call ({type(error).__name__}: {error})",
-                    "",
+                    f"the recorder failed on this call ({type(error).__name__}: {text})",
+                    where,
                     [0, 0],
+                    "recorder",
                 )
 
     # --- writing -------------------------------------------------------------------------
@@ -556,14 +599,3 @@ def _kind(filename: str) -> int:
 @functools.lru_cache(maxsize=4096)
 def _location(filename: str, lineno: int) -> str:
     return location(filename, lineno)
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
-
-
-def _default_program() -> str:
-    argv = portable_argv(list(sys.argv))
-    if argv and os.path.isabs(argv[0]):  # a script outside the working directory
-        argv[0] = ".../" + "/".join(Path(argv[0]).parts[-2:])
-    return " ".join(argv)

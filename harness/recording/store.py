@@ -390,7 +390,8 @@ def build(doc: dict[str, Any], files: dict[str, dict[str, torch.Tensor]], label:
                 calls=tuple(calls),
                 call_count=fn["call_count"],
                 skipped=tuple(
-                    SkippedCall(s["reason"], s["where"], s["count"]) for s in fn["skipped"]
+                    SkippedCall(s["reason"], s["where"], s["count"], s.get("kind", ""))
+                    for s in fn["skipped"]
                 ),
                 nested_in=tuple(fn["nested_in"]),
                 under_transform=fn["under_transform"],

@@ -198,10 +198,37 @@ def check_recording(
     if result is None:
         write_empty_reports(args, options, report_metadata(recorded, found), started)
         print("nothing checked: the recording holds no Function that can be checked here")
+        _write_empty_reports(args, options, target, recorded, found)
         return 5, None, found
     status = run_status(result, args)
     closing_lines(result, args, status, rerun_command=f"afdb check --recorded {shown}")
     return status, result, found
+
+
+def _write_empty_reports(
+    args: Any, options: Any, target: Any, recorded: Any, found: list[Any]
+) -> None:
+    """The reports of a check that ran no case (every Function unchecked): no cases, the
+    recorded Functions' lines and numbers, so that CI still gets its files."""
+    import time
+
+    from harness.engine.metadata import run_metadata
+    from harness.recorded.verdicts import report_metadata
+    from harness.session.outputs import report_write_failures, write_reports
+
+    argv = getattr(args, "argv", None)
+    result = RunResult(
+        [],
+        run_metadata(
+            options,
+            started=time.time(),
+            source="recorded",
+            target=str(target or "") or None,
+            command=["afdb", *argv] if argv is not None else None,
+        ),
+    )
+    result.metadata["recorded"] = report_metadata(recorded, found)
+    report_write_failures(args, write_reports(result, args))
 
 
 def _print_lines(lines: list[str]) -> None:

@@ -68,6 +68,11 @@ class RecordedEntry:
     live_note: str = ""
     #: Where the checked calls came from when every one was made inside another Function.
     inside: tuple[str, ...] = ()
+    #: Why its calls were not recorded, by class (``harness.recording.seen.SKIP_KINDS``),
+    #: the most frequent first.
+    skip_kinds: tuple[str, ...] = ()
+    #: Every call was made under a torch.func transform (none could be recorded).
+    only_under_transform: bool = False
 
 
 def _custom_op(target: str) -> Any:
@@ -144,12 +149,30 @@ def _unsupported_argument(calls: Sequence[tuple[Any, ...]]) -> str:
         for i, a in enumerate(args):
             for _, v in leaves(a):
                 if isinstance(v, torch.Tensor) and (v.layout != torch.strided or v.is_quantized):
+                    if v.layout == torch.sparse_coo and not v.requires_grad:
+                        continue  # data no call differentiates: passed as recorded
                     kind = "quantized" if v.is_quantized else str(v.layout).removeprefix("torch.")
                     return (
                         f"argument {i} is a {kind} tensor: recorded exactly, but the checks take "
                         "strided dense tensors only"
                     )
     return ""
+
+
+def sparse_data(calls: Sequence[tuple[Any, ...]]) -> tuple[int, ...]:
+    """Positions of arguments that hold a sparse COO tensor in some call (no call
+    differentiates them: ``_unsupported_argument`` refuses the others)."""
+    return tuple(
+        sorted(
+            {
+                i
+                for args in calls
+                for i, a in enumerate(args)
+                for _, v in leaves(a)
+                if isinstance(v, torch.Tensor) and v.layout == torch.sparse_coo
+            }
+        )
+    )
 
 
 def _calls_as_made(
@@ -221,6 +244,11 @@ def recorded_entry(
         "declaration": decl,
         "nested_in": tuple(function.nested_in),
     }
+    kinds: dict[str, int] = {}
+    for s in function.skipped:
+        kind = getattr(s, "kind", "") or "not data"
+        kinds[kind] = kinds.get(kind, 0) + int(getattr(s, "count", 1))
+    common["skip_kinds"] = tuple(sorted(kinds, key=lambda k: -kinds[k]))
     if not function.calls:
         if function.skipped:
             first = function.skipped[0]
@@ -234,6 +262,7 @@ def recorded_entry(
             return RecordedEntry(
                 function.target,
                 NOT_RECORDABLE,
+                only_under_transform=True,
                 note=f"called only under a torch.func transform ({under} calls; their "
                 "arguments are wrapped tensors): call it once outside a transform to record it",
                 **common,
@@ -304,6 +333,9 @@ def recorded_entry(
         return RecordedEntry(function.target, NOT_CHECKABLE, note=unsupported, **common)
     gradient = decl.gradient if decl else "derivative"
     caps = dict(decl.capabilities) if decl else {}
+    sparse = sparse_data(positional)
+    if sparse:  # data no call differentiated: held fixed, as a declaration would
+        caps["nondiff_args"] = tuple(sorted({*caps.get("nondiff_args", ()), *sparse}))
     # which inputs the program differentiated together (harness.checks.recorded_use)
     caps["grad_patterns"] = tuple(
         sorted({tuple(i for i, r in enumerate(req) if r) for req in requires})
