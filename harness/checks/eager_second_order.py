@@ -24,6 +24,7 @@ from harness.checks.autodiff_refs import (
 )
 from harness.checks.catalogue import CaseContext, Unsupported
 from harness.checks.gauge import same_function
+from harness.checks.no_graph import no_graph_second_order
 from harness.checks.references import fresh_leaves, identity_problems
 from harness.checks.second_order import (
     eager_double_backward,
@@ -151,6 +152,7 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
                 f"{label}: d<vjp, w>/d {nm} vs {EAGER_SECOND_ORDER_REFERENCE} (reference)", a, e
             )
     hint = ""
+    no_graph_second_order(ctx, view, primals, findings)
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:

@@ -58,6 +58,7 @@ from harness.checks.catalogue import (
 )
 from harness.checks.first_order import either_reference
 from harness.checks.gauge import same_function
+from harness.checks.no_graph import no_graph_second_order
 from harness.checks.references import (
     eager_vjp,
     fd_jacobian,
@@ -435,6 +436,7 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
             for nm, a, e in zip(names, actual, expected):
                 findings.compare(f"{label}: d<vjp, w>/d {nm} vs {ref_name} (reference)", a, e)
     hint = ""
+    no_graph_second_order(ctx, view, primals, findings)
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
@@ -515,6 +517,7 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
             e,
         )
     hint = ""
+    no_graph_second_order(ctx, view, primals, findings)
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
