@@ -320,9 +320,10 @@ def implied_refusals(cases: Any) -> tuple[str, ...]:
     """The transforms a legacy ``forward(ctx, ...)`` Function's style already rules out (vmap,
     forward mode under torch.func): its verdict line need not name them."""
     from harness.checks.catalogue import LEGACY_FIX
-    from harness.core.refused import FORWARD_MODE, VMAP
+    from harness.core.refused import FORWARD_MODE, LEGACY_CLAIMS_NO, VMAP
 
-    return (VMAP, FORWARD_MODE) if any(c.message == LEGACY_FIX for c in cases) else ()
+    legacy = any(c.message == LEGACY_FIX or LEGACY_CLAIMS_NO in c.message for c in cases)
+    return (VMAP, FORWARD_MODE) if legacy else ()
 
 
 def verdict_line(result: RunResult) -> str:

@@ -24,6 +24,10 @@ TRANSFORMS = (VMAP, FORWARD_MODE, DOUBLE_BACKWARD)
 RAISES = "raises"
 NO_GRAPH = "has no graph"
 
+#: Why a legacy ``forward(ctx, ...)`` Function claims no vmap or forward mode (its style
+#: already says so: its verdict line does not repeat it).
+LEGACY_CLAIMS_NO = "a legacy forward(ctx, ...) Function claims no"
+
 _PHRASE = re.compile(
     r"\b(" + "|".join(map(re.escape, TRANSFORMS)) + r") (" + RAISES + "|" + NO_GRAPH + r")"
     r" \(([^()]*)\)"

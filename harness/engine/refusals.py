@@ -37,6 +37,7 @@ from harness.core.locations import describe_exception, relative_file
 from harness.core.refused import (
     DOUBLE_BACKWARD,
     FORWARD_MODE,
+    LEGACY_CLAIMS_NO,
     RAISES,
     VMAP,
     not_claimed_double_backward,
@@ -256,7 +257,7 @@ def not_claimed(entry: Entry, capability: str, check: str = "") -> str:
         return ""
     if capability == VMAP:
         if not caps.setup_context and entry.custom_op is None:
-            return "a legacy forward(ctx, ...) Function claims no vmap support"
+            return f"{LEGACY_CLAIMS_NO} vmap support"
         if caps.vmap == VMAP_NONE and entry.custom_op is not None:
             return "the custom op claims no vmap support (no register_vmap rule)"
         if caps.vmap == VMAP_NONE:
@@ -266,7 +267,7 @@ def not_claimed(entry: Entry, capability: str, check: str = "") -> str:
         return ""
     if capability == FORWARD_MODE:
         if not caps.setup_context and entry.custom_op is None and check != "eager_jvp":
-            return "a legacy forward(ctx, ...) Function claims no forward mode under torch.func"
+            return f"{LEGACY_CLAIMS_NO} forward mode under torch.func"
         if not caps.jvp:
             return "the Function claims no forward mode (no jvp staticmethod)"
         return ""
