@@ -21,6 +21,7 @@ from harness.checks.catalogue import (
     get_check,
     staticmethods_called,
 )
+from harness.checks.own_nonfinite import own_nonfinite, own_nonfinite_message
 from harness.core import shims
 from harness.core.errors import CaseTimeout
 from harness.core.locations import describe_exception
@@ -183,7 +184,18 @@ def _run_case(
                     nonfinite = data.nonfinite(case.sample_index)
                     if nonfinite:
                         raise NonFiniteSample(nonfinite)
-                    used = spec.run(ctx)
+                    try:
+                        used = spec.run(ctx)
+                    except NonFiniteSample as vacuous:
+                        # the forward is finite here (checked above): non-finite references
+                        # from the Function's own rules are its failure, not the sample's
+                        found = own_nonfinite(ctx, case.check)
+                        if not found:
+                            raise
+                        where = f"{case.check} {case.plan.id}" if case.plan else case.check
+                        raise CheckFailure(
+                            own_nonfinite_message(where, found, safe_str(vacuous))
+                        ) from None
                     if used:
                         result.reference = used
                     if ctx.notes:
