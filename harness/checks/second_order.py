@@ -436,12 +436,13 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
             for nm, a, e in zip(names, actual, expected):
                 findings.compare(f"{label}: d<vjp, w>/d {nm} vs {ref_name} (reference)", a, e)
     hint = ""
-    no_graph_second_order(ctx, view, primals, findings)
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
             follows_first_order(findings, "vjp_of_vjp", case)
         else:
+            # a correct first order with no graph: double backward unsupported (or raises)
+            no_graph_second_order(ctx, view, primals, findings)
             hint = second_order_hint(entry, results[0][1], expected or [])
             if not custom:
                 findings.hint(nondiff_saved_hint(view))
@@ -517,12 +518,13 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
             e,
         )
     hint = ""
-    no_graph_second_order(ctx, view, primals, findings)
     if findings.problems:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
             follows_first_order(findings, "jvp_of_vjp", case)
         else:
+            # a correct first order with no graph: double backward unsupported (or raises)
+            no_graph_second_order(ctx, view, primals, findings)
             hint = second_order_hint(entry, actual, expected)
             if not custom:
                 findings.hint(nondiff_saved_hint(view))

@@ -20,7 +20,10 @@ Function's line. Which transforms a Function claims:
   given explicitly, or ``claims=double_backward``): the suite checks it by default, but a
   Function says nothing about it by its class.
 
-A raise under claimed transforms only stays the Function's ``error``. Torch's known
+Which transform the raise was under is read from the Function's staticmethod that raised
+(the outermost of its frames): a raise in ``jvp``, ``vmap`` or ``forward`` is not one of
+double backward, even in a check that also differentiates the backward. A raise under
+claimed transforms only stays the Function's ``error``. Torch's known
 refusals (``SIGNATURES``) only word the message better (what it means, how to fix it).
 """
 
@@ -210,12 +213,31 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+def _staticmethod_codes(entry: Entry) -> set[tuple[str, str]]:
+    """(file, name) of the Function class's own staticmethods (wherever its file is: PyTorch's
+    own database lives under torch/)."""
+    from harness.core.locations import STATICMETHODS
+
+    found = set()
+    for name in STATICMETHODS:
+        fn = getattr(getattr(entry, "function", None), name, None)
+        fn = getattr(fn, "__wrapped__", fn)  # @once_differentiable
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            found.add((code.co_filename, code.co_name))
+    return found
+
+
+def _user_frame(exc: BaseException, entry: Entry | None = None) -> traceback.FrameSummary | None:
     """The Function's own frame: the outermost of its staticmethods (backward, vmap, jvp,
     forward) in the traceback, else the innermost frame that is the user's; None if none is."""
     from harness.core.locations import STATICMETHODS
     from harness.engine.blame import is_harness, is_stdlib, is_torch
 
+    own = _staticmethod_codes(entry) if entry is not None else set()
+    for fr in traceback.extract_tb(exc.__traceback__):
+        if (fr.filename, fr.name) in own:
+            return fr
     frames = [
         fr
         for fr in traceback.extract_tb(exc.__traceback__)
@@ -296,7 +318,13 @@ def refusal(entry: Entry, check: str, exc: BaseException) -> str:
 
     if not isinstance(exc, Exception) or classify(exc).internal:
         return ""
-    unclaimed = [(c, why) for c in capabilities_of(check) if (why := not_claimed(entry, c, check))]
+    fr = _user_frame(exc, entry)
+    capabilities = capabilities_of(check)
+    if fr is not None and fr.name in ("jvp", "vmap", "forward", "setup_context"):
+        # raised by a staticmethod other than backward: not in the double backward the check
+        # also runs (a jvp's in-place tangent update under vmap is about vmap, forward mode)
+        capabilities = tuple(c for c in capabilities if c != DOUBLE_BACKWARD)
+    unclaimed = [(c, why) for c in capabilities if (why := not_claimed(entry, c, check))]
     if not unclaimed:
         return ""
     original: BaseException = exc
@@ -327,7 +355,6 @@ def refusal(entry: Entry, check: str, exc: BaseException) -> str:
         short = _short(original)
         meaning = f"the Function raised under {capability}"
         fix = _FIXES[capability]
-    fr = _user_frame(exc)
     raised = describe_exception(original, limit=300)
     phrase = refused_phrase(capability, RAISES, short, _site(fr))
     return (
