@@ -98,6 +98,10 @@ class Capabilities:
     #: Recorded Functions only: the sets of inputs the program differentiated together, one
     #: per recorded call (``harness.checks.recorded_use``).
     grad_patterns: tuple[tuple[int, ...], ...] = ()
+    #: Transforms declared as claimed (``claims=vmap,jvp,double_backward``) that the class
+    #: cannot show: torch refusing one of them is the Function's ``error``, not
+    #: ``unsupported`` (``harness.engine.refusals``).
+    claims: tuple[str, ...] = ()
 
     def describe(self) -> list[str]:
         """Short phrases for what the Function claims (``afdb list``, ``afdb check``)."""
@@ -136,6 +140,8 @@ class Capabilities:
             setup_context=_overrides(function, "setup_context"),
             once_differentiable=once,
         )
+        if "double_backward" in tuple(overrides.get("claims", ())):
+            overrides = {**overrides, "double_backward": True}
         if overrides.get("double_backward") is True:
             overrides = {**overrides, "double_backward_declared": True}
         return dataclasses.replace(caps, **overrides) if overrides else caps

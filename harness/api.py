@@ -316,14 +316,28 @@ def no_derivative_note(result: RunResult) -> str:
     return f"no derivative checked ({clip_words(reason, 160)})"
 
 
+def implied_refusals(cases: Any) -> tuple[str, ...]:
+    """The transforms a legacy ``forward(ctx, ...)`` Function's style already rules out (vmap,
+    forward mode under torch.func): its verdict line need not name them."""
+    from harness.checks.catalogue import LEGACY_FIX
+    from harness.core.refused import FORWARD_MODE, LEGACY_CLAIMS_NO, VMAP
+
+    legacy = any(c.message == LEGACY_FIX or LEGACY_CLAIMS_NO in c.message for c in cases)
+    return (VMAP, FORWARD_MODE) if legacy else ()
+
+
 def verdict_line(result: RunResult) -> str:
-    """``PASS: 68 cases: 16 pass, 52 unsupported``, and ``; no derivative checked (...)``
+    """``PASS: 68 cases: 16 pass, 52 unsupported``, the transforms the Function refused loudly
+    though it never claimed them (``double backward raises (...)``: ``harness.core.refused``),
+    and ``; no derivative checked (...)``
     when no check that differentiates compared anything, and the global state the Function
     left changed (``harness.core.state_notes``: put back, a note, not a verdict)."""
+    from harness.core.refused import verdict_refusals
     from harness.core.state_notes import verdict_note
 
     line = f"{result.verdict}: {result.summary_line()}"
-    notes = [n for n in (no_derivative_note(result), verdict_note(result.cases)) if n]
+    refused = verdict_refusals(result.cases, implied_refusals(result.cases))
+    notes = [n for n in (refused, no_derivative_note(result), verdict_note(result.cases)) if n]
     return "; ".join([line, *notes])
 
 

@@ -162,16 +162,21 @@ def chdir_tmp():
     os.chdir(tempfile.gettempdir())
 
 
-STATE_ACTIONS = (
+#: State that changes what the caller's next line computes: the case fails (issue 42).
+RESULT_STATE_ACTIONS = (
     (autocast_on, "left autocast on for cpu"),
     (default_device_meta, "left the default device at meta"),
     (function_mode_on, "left TorchFunctionMode _Mode on"),
     (dispatch_mode_on, "left TorchDispatchMode _DMode on"),
     (anomaly_on, "left anomaly detection on"),
     (deterministic_on, "left torch.use_deterministic_algorithms on"),
+)
+#: State that changes nothing computed: put back, a note.
+NOTE_STATE_ACTIONS = (
     (threads_one, "left the number of threads at"),
     (chdir_tmp, "left the working directory at"),
 )
+STATE_ACTIONS = RESULT_STATE_ACTIONS + NOTE_STATE_ACTIONS
 
 
 class LateThread(Double):

@@ -132,7 +132,7 @@ class LegacyAccumulate(torch.autograd.Function):
 
 class LegacyRaisesUnderVmap(torch.autograd.Function):
     """2x; backward raises its own ValueError when grad_output is batched (not torch's
-    refusal): stays ``error``."""
+    refusal): under vmap, which a legacy Function never claims, still ``unsupported``."""
 
     @staticmethod
     def forward(ctx, x):

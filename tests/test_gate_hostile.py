@@ -43,8 +43,8 @@ def test_leaked_transform_level_is_reported_and_restored():
     h.LeavesTransformLevel.leaked = False
     r = check(h.LeavesTransformLevel, h.samples, checks=["vmap"])
     first, rest = r.cases[0], r.cases[1:]
-    assert first.status == "pass"  # put back: a note, not a verdict (issue 34, part 4)
-    assert "note: the Function left 1 torch.func transform level" in first.message
+    assert first.status == "fail"  # it changes what the caller computes next (issue 42)
+    assert "the Function left 1 torch.func transform level" in first.message
     assert "restored before the next case" in first.message
     assert rest and all(c.status == "pass" for c in rest)
     _clean_state()
@@ -52,8 +52,8 @@ def test_leaked_transform_level_is_reported_and_restored():
 
 def test_leaked_grad_mode_and_default_dtype_are_reported_and_restored():
     r = check(h.LeavesGradDisabled, h.samples, checks=["vmap"])
-    assert r.cases[0].status == "pass"  # put back: a note, not a verdict (issue 34, part 4)
-    assert "note: the Function left grad mode disabled" in r.cases[0].message
+    assert r.cases[0].status == "fail"  # it changes what the caller computes next (issue 42)
+    assert "the Function left grad mode disabled" in r.cases[0].message
     _clean_state()
     r = check(h.LeavesDefaultDtype, h.samples, checks=["vmap"])
     assert "left the default dtype at torch.float64" in r.cases[0].message

@@ -75,6 +75,14 @@ class RuleCallsScaled(Sin):
         return ScaledBackward.apply(x), in_dims[0]
 
 
+class NanBackward(Sin):
+    @staticmethod
+    def backward(ctx, grad):  # overflows: inf / inf where the forward is finite
+        (x,) = ctx.saved_tensors
+        big = torch.exp(1000 + x.abs())
+        return grad * torch.cos(x) * big / big
+
+
 def samples(seed):
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(3, 2, generator=gen, dtype=torch.float64),)]
@@ -89,8 +97,10 @@ PLANTED = {
     "grad of vmap": ("RuleCallsScaled", "grad_of_vmap/s0/in_dims=(1,),B=4"),
     "jvp of vmap": ("WrongSignJvp", "jvp_of_vmap/s0/in_dims=(1,),B=4"),
     "vmap of vjp (raises)": ("WrongOutDim", "vmap_of_vjp/s0/in_dims=(1,),B=4,cotangents=0"),
+    # NaN from the backward and NaN in the loop reference: reported, never "not reproduced"
+    "grad of vmap (NaN backward)": ("NanBackward", "grad_of_vmap/s0/in_dims=(1,),B=4"),
 }
-MAX_LINES = 42  # 28 (vmap) to 42 (vmap of jvp) lines here: the work, and the exit-status guards
+MAX_LINES = 45  # 31 (vmap) to 45 (vmap of jvp) lines here: the work, and the exit-status guards
 
 
 def _write(project: Path, name: str, case: str, *extra: str) -> Path:

@@ -1,6 +1,9 @@
-"""Global state a Function leaves changed is put back and noted, never a verdict (issue 34,
-part 4): the case keeps the status its comparisons earned, the note is on the case, in the
-Function's verdict line and in the report; a Function that changes state and is wrong fails.
+"""Global state a Function leaves changed is put back (issue 34, part 4). Where it changes
+nothing computed (threads, the working directory, signal handlers) it is a note: the case
+keeps the status its comparisons earned, the note is on the case, in the Function's verdict
+line and in the report. Where it changes what the caller's next line computes (autocast,
+the default dtype or device, grad or inference mode, modes, anomaly mode, deterministic
+algorithms) the case fails (issue 42, part 6).
 """
 
 from __future__ import annotations
@@ -44,20 +47,43 @@ def _alarm_handler():
     signal.signal(signal.SIGALRM, lambda *a: None)
 
 
-#: Every kind of state the suite puts back, beyond hostile_state's (autocast, device, modes,
-#: anomaly, deterministic, threads, working directory).
-MORE_ACTIONS = (
+#: Every kind of state the suite puts back that changes results, beyond hostile_state's
+#: (autocast, device, modes, anomaly, deterministic).
+MORE_RESULT_ACTIONS = (
     (_grad_off, "left grad mode disabled"),
     (_dtype_64, "left the default dtype at torch.float64"),
     (_dual_level, "left a forward-AD dual level open"),
     (_inference_on, "left"),
-    (_alarm_handler, "replaced the SIGALRM handler"),
 )
+#: ... and that changes nothing computed, beyond hostile_state's (threads, working directory).
+MORE_NOTE_ACTIONS = ((_alarm_handler, "replaced the SIGALRM handler"),)
 
 
 @pytest.mark.parametrize(
     ("action", "phrase"),
-    [*hs.STATE_ACTIONS, *MORE_ACTIONS],
+    [*hs.RESULT_STATE_ACTIONS, *MORE_RESULT_ACTIONS],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_state_that_changes_results_fails_the_case_and_is_put_back(action, phrase):
+    before = GlobalState.capture()
+    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    r = check(hs.leaves(action), hs.samples, checks=["vmap"], timeout_s=30)
+    first, rest = r.cases[0], r.cases[1:]
+    assert first.status == "fail", first.message
+    assert f"the Function {phrase}" in first.message
+    assert "changes what the caller's next line computes" in first.message
+    assert "note: the Function" not in first.message  # a failure, not a note
+    assert rest and {c.status for c in rest} == {"pass"}, [c.message for c in rest]
+    assert r.exit_status == 1
+    line = verdict_line(r)
+    assert line.startswith("FAIL: ") and "not a verdict" not in line, line
+    assert GlobalState.capture() == before
+    assert (torch.is_grad_enabled(), torch.get_default_dtype()) == (grad, dtype)
+
+
+@pytest.mark.parametrize(
+    ("action", "phrase"),
+    [*hs.NOTE_STATE_ACTIONS, *MORE_NOTE_ACTIONS],
     ids=lambda v: getattr(v, "__name__", ""),
 )
 def test_state_put_back_is_a_note_and_the_case_passes(action, phrase):

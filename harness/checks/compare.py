@@ -134,11 +134,12 @@ def nonfinite_phrase(t: torch.Tensor) -> str:
     return " and ".join(kinds)
 
 
+#: The advice that ends a message blaming the sample for non-finite values.
+SAMPLE_ADVICE = "choose samples where the Function is finite"
+
+
 def nonfinite_message(kinds: str, where: str) -> str:
-    return (
-        f"the sample gives non-finite outputs ({kinds} in {where}): choose samples where the "
-        "Function is finite"
-    )
+    return f"the sample gives non-finite outputs ({kinds} in {where}): {SAMPLE_ADVICE}"
 
 
 def nonfinite_outputs(outputs: Any) -> str:

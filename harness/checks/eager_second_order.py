@@ -24,6 +24,7 @@ from harness.checks.autodiff_refs import (
 )
 from harness.checks.catalogue import CaseContext, Unsupported
 from harness.checks.gauge import same_function
+from harness.checks.no_graph import no_graph_second_order
 from harness.checks.references import fresh_leaves, identity_problems
 from harness.checks.second_order import (
     eager_double_backward,
@@ -155,7 +156,10 @@ def run_eager_vjp_of_vjp(ctx: CaseContext) -> str:
         case = "" if custom else first_order_failure(ctx, view, cots)
         if case:
             follows_first_order(findings, "eager_vjp_of_vjp", case.replace("/vjp/", "/eager_vjp/"))
-        elif expected is not None:
-            hint = second_order_hint(entry, actual, expected)
+        else:
+            # a correct first order with no graph: double backward unsupported (or raises)
+            no_graph_second_order(ctx, view, primals, findings)
+            if expected is not None:
+                hint = second_order_hint(entry, actual, expected)
     findings.raise_if_any(hint)
     return EAGER_SECOND_ORDER_REFERENCE

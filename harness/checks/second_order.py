@@ -58,6 +58,7 @@ from harness.checks.catalogue import (
 )
 from harness.checks.forward_reverse import either_reference
 from harness.checks.gauge import same_function
+from harness.checks.no_graph import no_graph_second_order
 from harness.checks.references import (
     eager_vjp,
     fd_jacobian,
@@ -440,6 +441,8 @@ def run_vjp_of_vjp(ctx: CaseContext) -> str:
         if case:
             follows_first_order(findings, "vjp_of_vjp", case)
         else:
+            # a correct first order with no graph: double backward unsupported (or raises)
+            no_graph_second_order(ctx, view, primals, findings)
             hint = second_order_hint(entry, results[0][1], expected or [])
             if not custom:
                 findings.hint(nondiff_saved_hint(view))
@@ -520,6 +523,8 @@ def run_jvp_of_vjp(ctx: CaseContext) -> str:
         if case:
             follows_first_order(findings, "jvp_of_vjp", case)
         else:
+            # a correct first order with no graph: double backward unsupported (or raises)
+            no_graph_second_order(ctx, view, primals, findings)
             hint = second_order_hint(entry, actual, expected)
             if not custom:
                 findings.hint(nondiff_saved_hint(view))

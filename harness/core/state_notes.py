@@ -1,11 +1,17 @@
-"""Global state a Function left changed, which the suite put back: a note, never a verdict.
+"""Global state a Function left changed, which the suite put back: a failure where it changes
+results, a note where it does not.
 
 A case captures torch's and the process's global state before it runs (grad mode, the
 default dtype, the number of threads, autocast, modes, the working directory, signal
 handlers...) and puts back whatever the Function changed (``harness.engine.isolation``,
-``harness.engine.case_state``). That is the suite's hygiene, not a wrong answer: the case
-keeps its status and its message carries the note (``case_note``); the Function's verdict
-line says it once (``verdict_note``), and so does the report.
+``harness.engine.case_state``). State that changes what the caller's next line computes
+(autocast, the default dtype or device, grad or inference mode, torch function and dispatch
+modes, anomaly mode, deterministic algorithms) fails the case (``left_changed``): in a
+user's program the same leak breaks every line after it. State that changes nothing
+computed (the number of threads, the working directory, log levels, signal handlers) is the
+suite's hygiene, not a wrong answer: the case keeps its status and its message carries the
+note (``case_note``); the Function's verdict line says it once (``verdict_note``), and so
+does the report.
 """
 
 from __future__ import annotations
@@ -24,6 +30,14 @@ def case_note(changes: Sequence[str]) -> str:
     """``note: the Function left the number of threads at 2 (was 1) (restored before the
     next case)`` for the phrases of what changed."""
     return f"note: the Function {'; '.join(changes)} ({RESTORED})"
+
+
+def left_changed(changes: Sequence[str]) -> str:
+    """The failure of a case whose Function left state changed that changes results."""
+    return (
+        f"the Function {'; '.join(changes)} and did not put it back: that changes what the "
+        "caller's next line computes (a failure, not a note; " + RESTORED + ")"
+    )
 
 
 def changes_in(message: str) -> list[str]:

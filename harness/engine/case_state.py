@@ -3,7 +3,8 @@
 Autocast, the default device, TorchFunctionMode / TorchDispatchMode stacks, anomaly
 detection, the deterministic-algorithms flag, the number of threads and the working
 directory: each is captured before a case and put back after it, and the case that
-changed it is told so. A thread the Function started may change the same state after
+changed it is told so (``restore_global_split``: state that changes what the caller's next
+line computes fails the case; the number of threads and the working directory are a note). A thread the Function started may change the same state after
 its case ended; ``between_cases`` notices that at the start of the next case, puts
 it back and says so without blaming the case about to run.
 """
@@ -11,6 +12,7 @@ it back and says so without blaming the case about to run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import threading
@@ -232,6 +234,22 @@ def restore_global(before: GlobalState) -> list[str]:
     if changed:
         put_back(before)
     return changed
+
+
+def restore_global_split(before: GlobalState) -> tuple[list[str], list[str]]:
+    """Put the state back to ``before``; return what had changed, split into what changes
+    the results of the caller's next line (autocast, the default device, torch function and
+    dispatch modes, anomaly mode, deterministic algorithms) and what does not (the number of
+    threads, the working directory): the case fails for the first, is noted for the second."""
+    after = GlobalState.capture()
+    changed = differences(before, after)
+    if not changed:
+        return [], []
+    # the same comparison with the harmless parts as they were: what is left changes results
+    results_only = dataclasses.replace(after, num_threads=before.num_threads, cwd=before.cwd)
+    changing = differences(before, results_only)
+    put_back(before)
+    return changing, [p for p in changed if p not in changing]
 
 
 #: The state the last case of this thread ended with (after its restore): torch state, global.

@@ -23,6 +23,7 @@ from harness.checks.catalogue import (
     staticmethods_called,
 )
 from harness.checks.layouts import sparse_under_vmap, unbatchable_layout
+from harness.checks.own_nonfinite import own_nonfinite, own_nonfinite_message
 from harness.core import shims
 from harness.core.errors import CaseTimeout
 from harness.core.locations import describe_exception
@@ -38,7 +39,7 @@ from harness.core.results import (
     XFAIL,
     CaseResult,
 )
-from harness.core.state_notes import RESTORED, case_note
+from harness.core.state_notes import RESTORED, case_note, left_changed
 from harness.core.textsafe import cap, safe_repr, safe_str
 from harness.core.torch_warnings import load_jvp_decompositions
 from harness.engine import children
@@ -51,7 +52,7 @@ from harness.engine.case_state import (
     forget_last_case,
     last_end,
     note_threads,
-    restore_global,
+    restore_global_split,
     watch_thread_starts,
 )
 from harness.engine.cases import Case, enumerate_cases
@@ -202,7 +203,18 @@ def _run_case(
                     layout = unbatchable_layout(case.plan, tuple(ctx.sample.args))
                     if layout and case.plan is not None:  # sparse data: vmap cannot batch it
                         raise Unsupported(f"{case.check} {case.plan.id}: {layout}")
-                    used = spec.run(ctx)
+                    try:
+                        used = spec.run(ctx)
+                    except NonFiniteSample as vacuous:
+                        # the forward is finite here (checked above): non-finite references
+                        # from the Function's own rules are its failure, not the sample's
+                        found = own_nonfinite(ctx, case.check)
+                        if not found:
+                            raise
+                        where = f"{case.check} {case.plan.id}" if case.plan else case.check
+                        raise CheckFailure(
+                            own_nonfinite_message(where, found, safe_str(vacuous))
+                        ) from None
                     if used:
                         result.reference = used
                     if ctx.notes:
@@ -251,9 +263,13 @@ def _run_case(
                 )
         finally:
             result.duration_s = time.perf_counter() - start
-            leaked = restore(state)
-            leaked += restore_global(global_state)
-            leaked += limit.leaks
+            # grad mode, the default dtype, inference mode, transform levels: all change
+            # what the caller's next line computes, as do autocast, the default device,
+            # modes, anomaly mode and deterministic algorithms (restore_global_split)
+            changing = restore(state)
+            global_changing, harmless = restore_global_split(global_state)
+            changing += global_changing
+            leaked = changing + harmless + limit.leaks
             killed = children.kill_new(processes)
             killed_text = children.describe(killed) if killed else ""
             if killed:
@@ -287,14 +303,25 @@ def _run_case(
             note = "the Function " + "; ".join(leaked) + f" ({RESTORED})"
             result.status, result.message = ERROR, tripped_over(note, result.message)
         else:
-            # State put back is the suite's hygiene: a note, never the case's status. Child
-            # processes it had to kill are not state put back: those stay the case's error.
+            # State that changes what the caller's next line computes (autocast, the default
+            # dtype or device, grad or inference mode, modes, anomaly, deterministic
+            # algorithms) fails the case: it breaks every line after it in a user's program.
+            # Other state put back (threads, cwd, signal handlers) is the suite's hygiene: a
+            # note, never the case's status. Child processes it had to kill are not state
+            # put back: those stay the case's error.
+            if changing:
+                if result.status in (PASS, UNSUPPORTED):
+                    result.status = FAIL
+                statement = left_changed(changing)
+                result.message = f"{result.message}; {statement}" if result.message else statement
+                restored = [p for p in restored if p not in changing]
             if killed_text and result.status == PASS:
                 result.status = ERROR
             parts = [case_note(restored)] if restored else []
             parts += [f"the Function {killed_text}"] if killed_text else []
             note = "; ".join(parts)
-            result.message = f"{result.message}; {note}" if result.message else note
+            if note:
+                result.message = f"{result.message}; {note}" if result.message else note
     elif killed:
         result.message += "; " + children.describe(killed)
     if started:

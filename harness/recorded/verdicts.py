@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.core.refused import FORWARD_MODE, VMAP, verdict_refusals
 from harness.core.results import BAD_STATUSES, CaseResult, RunResult
 from harness.core.state_notes import verdict_note
 from harness.recorded.unchecked import with_reason
@@ -213,6 +214,9 @@ def verdicts(result: RunResult | None, recorded: Sequence[RecordedEntry]) -> lis
         else:
             counts = Counter(c.status for c in cases)
             word, text = "conforms", f"conforms ({counts['pass'] + counts['xfail']} cases)"
+        refused = verdict_refusals(cases, (VMAP, FORWARD_MODE) if r.legacy else ())
+        if refused:  # loud refusals of transforms it never claimed: named, never hidden
+            text = f"{text}; {refused}"
         if r.legacy:
             text = f"legacy: eager checks only, see {LEGACY_DOC}; {text}"
         if r.inside:

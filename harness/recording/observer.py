@@ -20,7 +20,6 @@ original ``apply`` without a graph break; record the eager run).
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import threading
@@ -32,9 +31,8 @@ from typing import Any
 import torch
 
 from harness.core.errors import UsageError
-from harness.core.locations import location
+from harness.recording import frames, store
 from harness.recording import live as live_values
-from harness.recording import store
 from harness.recording.data_errors import NotRecordable
 from harness.recording.live import class_suffix
 from harness.recording.packages import functions_in
@@ -43,12 +41,6 @@ from harness.recording.seen import Seen, default_program, is_legacy, mib, op_tar
 from harness.recording.selection import Selector, combination
 from harness.recording.values import fast_key, snapshot, stored
 
-_HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_EXEMPT = (_HARNESS + "cli" + os.sep, _HARNESS + "recording" + os.sep)
-#: Where a stack's program begins for the observer: the worker that re-runs tests under
-#: recording (``harness.plugin.replay``); the suite's frames below it are not a check.
-_BOTTOM = _HARNESS + os.path.join("plugin", "replay.py")
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _METHODS = ("forward", "backward", "vjp", "jvp", "vmap", "setup_context")
 #: Distinct calls per Function whose repeats are recognised without a snapshot.
 _MAX_FAST = 10_000
@@ -261,7 +253,7 @@ class Recorder:
             self.classes[target] = cls
         for name in _METHODS:
             code = getattr(getattr(cls, name, None), "__code__", None)
-            if code is not None and not code.co_filename.startswith(_TORCH):
+            if code is not None and not code.co_filename.startswith(frames.TORCH):
                 self._codes.setdefault(code, f"{target}.{name}")
         self._by_class[cls] = seen
         return seen
@@ -273,17 +265,17 @@ class Recorder:
         nested = None
         caller = main = None
         codes = self._codes
-        kinds = _KINDS
+        kinds = frames.KINDS
         while f is not None:
             code = f.f_code
             kind = kinds.get(code)
             if kind is None:
-                kind = kinds[code] = _kind(code.co_filename)
-            if kind == _SUITE:
+                kind = kinds[code] = frames.frame_kind(code.co_filename)
+            if kind == frames.SUITE:
                 return True, None, ""
-            if kind == _BOTTOM_KIND:
+            if kind == frames.BOTTOM_KIND:
                 break
-            if kind == _USER:
+            if kind == frames.USER:
                 caller = caller or f
                 if main is None and f.f_globals.get("__name__") == "__main__":
                     main = f
@@ -293,7 +285,11 @@ class Recorder:
         # the line of the program's own script when it is on the stack (a library's
         # public function called from it: the script's line), else the direct caller
         at = main or caller
-        return False, nested, _location(at.f_code.co_filename, at.f_lineno) if at else ""
+        return (
+            False,
+            nested,
+            frames.frame_location(at.f_code.co_filename, at.f_lineno) if at else "",
+        )
 
     def _observe_function(
         self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -581,21 +577,3 @@ class Recorder:
         if self._result is None:
             self._result = store.load_recording(self.out_dir)
         return self._result
-
-
-_SUITE, _TORCH_OR_US, _USER, _BOTTOM_KIND = 0, 1, 2, 3
-#: What each code object on a stack is, by its file (looked up once per code object).
-_KINDS: dict[CodeType, int] = {}
-
-
-def _kind(filename: str) -> int:
-    if filename == _BOTTOM:
-        return _BOTTOM_KIND
-    if filename.startswith(_HARNESS):
-        return _TORCH_OR_US if filename.startswith(_EXEMPT) else _SUITE
-    return _TORCH_OR_US if filename.startswith(_TORCH) else _USER
-
-
-@functools.lru_cache(maxsize=4096)
-def _location(filename: str, lineno: int) -> str:
-    return location(filename, lineno)

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from harness.core.refused import verdict_refusals
 from harness.core.results import (
     BAD_STATUSES,
     SKIP,
@@ -399,6 +400,21 @@ def unsupported_markdown(result: RunResult) -> list[str]:
     return lines
 
 
+def refusals_markdown(result: RunResult) -> list[str]:
+    """Per Function, the transforms it refused loudly without claiming them (its
+    ``unsupported`` cases' ``double backward raises (...)``: ``harness.core.refused``)."""
+    by_entry: dict[str, list[CaseResult]] = {}
+    for c in result.cases:
+        by_entry.setdefault(c.entry, []).append(c)
+    notes = [(e, verdict_refusals(cases)) for e, cases in by_entry.items()]
+    notes = [(e, n) for e, n in notes if n]
+    if not notes:
+        return []
+    lines = ["", "## Unsupported transforms (raised or refused, never claimed)", ""]
+    lines += [f"- {md_escape(e)}: {md_escape(n)}" for e, n in notes]
+    return lines
+
+
 def state_notes_markdown(result: RunResult) -> list[str]:
     """Per Function, the global state it left changed that the suite put back (a note on
     its cases, not a verdict: ``harness.core.state_notes``)."""
@@ -445,6 +461,7 @@ def to_markdown(result: RunResult, *, max_failures: int = 200, max_message: int 
     lines += hazard_markdown(result)
     lines += expected_failures_markdown(result)
     lines += unsupported_markdown(result)
+    lines += refusals_markdown(result)
     lines += state_notes_markdown(result)
     lines += ["", *coverage_markdown(result)]
     return "\n".join(lines) + "\n"

@@ -102,6 +102,13 @@ def generate_minimal(
             body, transform = composite_body(entry, options, case, facts, src, diff)
         else:
             body, transform = autodiff_body(entry, options, case, facts, src, diff, sub)
+    # NaN "matches" NaN in assert_close(equal_nan=True): non-finite results are reported
+    tail0 = [
+        "if any(isinstance(a, torch.Tensor) and a.is_floating_point() and not "
+        "torch.isfinite(a).all() for a in actual):",
+        f'    print("REPRODUCED: {transform} gives non-finite values (NaN or inf)")',
+        "    sys.exit(1)",
+    ]
     if any(line.startswith("NAMES = ") for line in body):  # compared item by item, named
         tail = [
             "for name, a, e, atol in zip(NAMES, actual, expected, ATOLS):",
@@ -125,7 +132,7 @@ def generate_minimal(
     tail.append(f'print("not reproduced: {transform} matches the reference here")')
     if any("fwAD." in line for line in body):
         lines.insert(lines.index("import torch") + 1, "import torch.autograd.forward_ad as fwAD")
-    return "\n".join([*lines, *_raising_reproduces(body, transform), *tail]) + "\n"
+    return "\n".join([*lines, *_raising_reproduces(body, transform), *tail0, *tail]) + "\n"
 
 
 #: The first statement of a script's body that makes the transform call (the others draw

@@ -81,6 +81,13 @@ def compare(label, actual, expected):
             problems.append(f"{label}, output {k}: shape {tuple(a.shape)}, reference {tuple(e.shape)}")
         elif a.dtype != e.dtype:
             problems.append(f"{label}, output {k}: dtype {a.dtype}, reference {e.dtype}")
+        elif (a.is_floating_point() or a.is_complex()) and not bool(torch.isfinite(a).all()):
+            # NaN "matches" NaN in allclose: non-finite values are reported, never a match
+            bad = ~torch.isfinite(a.detach())
+            problems.append(
+                f"{label}, output {k}: {int(bad.sum())} of {a.numel()} values are not finite "
+                f"(NaN or inf; the reference has {int((~torch.isfinite(e)).sum())} there)"
+            )
         elif a.numel() and not torch.allclose(a.detach().to(e.dtype), e, rtol=RTOL, atol=ATOL, equal_nan=True):
             a64, e64 = a.detach().double().flatten(), e.double().flatten()
             close = torch.isclose(a64, e64, rtol=RTOL, atol=ATOL, equal_nan=True)

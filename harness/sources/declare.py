@@ -2,6 +2,8 @@
 
 ``mylib.ops:RoundSTE gradient=custom nondiff-args=1`` names a Function by its recorded
 target and sets the keywords ``afdb check`` takes as flags for one Function;
+``claims=double_backward`` (or ``vmap``, ``jvp``, comma-separated) holds the Function to a
+transform it promises, so that a raise under it fails instead of being ``unsupported``;
 ``perturb-args=1`` (recorded Functions only) lets the batch slices vary argument 1 although
 no recorded call differentiated it (``harness.sources.recorded_samples``);
 ``jvp=true-derivative`` (with ``gradient=custom``) says the jvp is the true derivative while the
@@ -29,7 +31,11 @@ KEYS = (
     "dtypes",
     "perturb-args",
     "jvp",
+    "claims",
 )
+#: What ``claims=`` may name: transforms the Function promises, so that torch refusing one
+#: is its failure, not ``unsupported`` (``harness.engine.refusals``).
+CLAIMABLE = ("double_backward", "vmap", "jvp")
 _FLAGS = {"no-double-backward": ("double_backward", False), "randomness": ("randomness", True)}
 _POSITIONS = {
     "nondiff-args": "nondiff_args",
@@ -107,6 +113,15 @@ def parse_declaration(line: str) -> Declaration:
                     f"declaration {line!r}: dtypes={value!r}; use names among {', '.join(DTYPES)}"
                 )
             caps["dtypes"] = names
+        elif key == "claims":
+            claimed = tuple(v.strip() for v in value.split(",") if v.strip())
+            unknown = [c for c in claimed if c not in CLAIMABLE]
+            if unknown or not claimed:
+                raise UsageError(
+                    f"declaration {line!r}: claims={value!r}; name transforms among "
+                    f"{', '.join(CLAIMABLE)} (claims=double_backward or claims=vmap,jvp)"
+                )
+            caps["claims"] = claimed
         else:
             caps[_POSITIONS[key]] = _positions(line, key, value)
     return Declaration(words[0], gradient, caps, " ".join(words))

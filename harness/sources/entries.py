@@ -117,6 +117,8 @@ def _custom_op_capabilities(op: Any, overrides: dict[str, Any]) -> Capabilities:
         double_backward=backward,
         setup_context=True,
     )
+    if "double_backward" in tuple(overrides.get("claims", ())):
+        overrides = {**overrides, "double_backward": True}
     if overrides.get("double_backward") is True:
         overrides = {**overrides, "double_backward_declared": True}
     return dataclasses.replace(caps, **overrides) if overrides else caps
