@@ -6,7 +6,9 @@ large input (a separable blur of a 4 x 8 x 192 x 192 image, a legacy
 ``pytest benchmarks/test_bench_afdb_ratio.py --benchmark-only -s``: each round runs the
 plain session and the ``--afdb`` session back to back (fresh interpreters, the same
 bytecode cache) and the ratio of their wall times is printed per round and kept in the
-benchmark's ``extra_info`` (median ``ratio``). A ratio, never a timed assertion."""
+benchmark's ``extra_info`` (median ``ratio``). A ratio, never a timed assertion.
+``AFDB_BENCH_BASE=DIR`` (a checkout of another revision, e.g. ``git archive REV | tar -x -C
+DIR``) measures that revision's harness instead, for a before/after table."""
 
 from __future__ import annotations
 
@@ -104,7 +106,9 @@ def project(tmp_path_factory) -> Path:
 
 
 def _session(root: Path, *extra: str) -> float:
-    env = dict(os.environ, PYTHONPATH=str(root), PYTHONPYCACHEPREFIX=str(root / ".pyc"))
+    # AFDB_BENCH_BASE: a checkout of another revision to measure instead (put first on the path)
+    path = os.pathsep.join(p for p in (os.environ.get("AFDB_BENCH_BASE", ""), str(root)) if p)
+    env = dict(os.environ, PYTHONPATH=path, PYTHONPYCACHEPREFIX=str(root / ".pyc"))
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra],
