@@ -73,6 +73,7 @@ from harness.checks.eager_second_order import (
     EAGER_SECOND_ORDER_REFERENCE,
     run_eager_vjp_of_vjp,
 )
+from harness.checks.fd_shared import SharedDifferences
 from harness.checks.first_order import (
     compare_grads,
     compare_jvp,
@@ -194,6 +195,7 @@ def run_eager_vjp(ctx: CaseContext) -> str:
         jac = fd_jacobian(ctx, view)
     ref_name = CUSTOM_CONSISTENCY_REFERENCE if custom else fd.FD_REFERENCE
     args64 = view.args64()
+    shared = SharedDifferences(ctx, view, args64)
     #: gradient=custom: the backward's own grads with every input differentiated, contiguous,
     #: per output subset (what the subsets and the strided call must agree with).
     baselines: dict[tuple[int, ...], tuple[torch.Tensor, ...]] = {}
@@ -239,7 +241,7 @@ def run_eager_vjp(ctx: CaseContext) -> str:
                 )
 
             fd_identity_check(
-                ctx, findings, view, args64, label, ins, outs, cot, grads, columns, regrad
+                ctx, findings, view, args64, label, ins, outs, cot, grads, columns, regrad, shared
             )
             return
         compare_grads(

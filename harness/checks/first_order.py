@@ -14,7 +14,6 @@ from harness.checks.autodiff_refs import (
     COTANGENT_WHY,
     EAGER_CUSTOM_REFERENCE,
     FULL_JACOBIAN_MAX,
-    IDENTITY_DIRECTIONS,
     INPUT_WHY,
     Findings,
     Watch,
@@ -32,6 +31,7 @@ from harness.checks.catalogue import (
     CaseContext,
     Unsupported,
 )
+from harness.checks.fd_shared import SharedDifferences
 from harness.checks.forward_reverse import forward_derivative
 from harness.checks.gauge import same_function
 from harness.checks.recorded_use import noted_outside_use
@@ -109,6 +109,7 @@ def fd_identity_check(
     grads: Sequence[Any],
     columns: int,
     regrad: Callable[[dict[int, torch.Tensor]], Sequence[Any]] | None = None,
+    shared: SharedDifferences | None = None,
 ) -> None:
     """Without a Jacobian (too many columns): ``<grad, t> = <cot, J t>`` for a few random
     directions ``t``, ``J t`` by float64 finite differences; a failure in every direction
@@ -117,21 +118,10 @@ def fd_identity_check(
     Output elements where some ``J t`` did not converge (a kink within a step) would make
     every direction not comparable: with ``regrad`` (the Function's vjp for another
     cotangent) their cotangent is set to 0, the grads taken again, and they are counted as
-    not comparable."""
-    gen = ctx.generator("directions", label)
-    directions = [random_like(gen, [view.args[i] for i in ins]) for _ in range(IDENTITY_DIRECTIONS)]
-    f64 = view.fd_fn(args64, ins, outs)
-    jts = [
-        attempt(
-            "finite differences (reference, float64 forward)",
-            fd.directional,
-            f64,
-            [args64[i] for i in ins],
-            t,
-            step=ctx.entry.tolerances.fd_step,
-        )
-        for t in directions
-    ]
+    not comparable. ``shared``: the case's references, one set per input subset
+    (``harness.checks.fd_shared``)."""
+    shared = shared or SharedDifferences(ctx, view, args64)
+    directions, jts = shared.for_outputs(ins, outs)
     if regrad is not None:
         masks = {
             j: _unconverged(findings, view, j, [jt[k] for jt in jts]) for k, j in enumerate(outs)
@@ -354,6 +344,7 @@ def run_vjp(ctx: CaseContext) -> str:
     if not custom and columns <= FULL_JACOBIAN_MAX and not view.is_complex and jacobian_fits(view):
         jac, ref_name = reference_jacobian(ctx, view)
     args64 = view.args64()
+    shared = SharedDifferences(ctx, view, args64)
 
     def reference(ins: Sequence[int], outs: Sequence[int]) -> list[torch.Tensor] | None:
         cots: list[torch.Tensor | None] = [cot[j] if j in outs else None for j in view.outs]
@@ -390,7 +381,7 @@ def run_vjp(ctx: CaseContext) -> str:
             return
         # only without gradient="custom" (whose reference, eager backward, is never None)
         fd_identity_check(
-            ctx, findings, view, args64, label, ins, outs, cot, grads, columns, regrad
+            ctx, findings, view, args64, label, ins, outs, cot, grads, columns, regrad, shared
         )
 
     def _vjp_subcheck(name: str, ins: Any, outs: Any, strided: bool) -> None:
