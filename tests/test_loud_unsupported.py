@@ -182,3 +182,56 @@ def test_a_recorded_verdict_line_names_the_refused_transform():
     )
     # the same phrase in a case that is not unsupported is no refusal
     assert verdict_refusals([case("vjp_of_vjp", "fail", refused)]) == ""
+
+
+class RefusesDoubleBackwardWithVmapRule(torch.autograd.Function):
+    """A correct vmap rule (claimed) beside a backward that refuses to be differentiated
+    (it raises when asked for a graph): double backward raises by itself, wherever it runs."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if torch.is_grad_enabled() and (g.requires_grad or x.requires_grad):
+            raise RuntimeError("this backward is not differentiable")
+        return g * torch.cos(x)
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return RefusesDoubleBackwardWithVmapRule.apply(x), in_dims[0]
+
+
+def test_a_raise_composed_with_a_claimed_vmap_rule_is_double_backwards_only_if_it_raises_alone():
+    """vmap of double backward: the claimed vmap rule's bug (BrokenRotatePoints' wrong
+    out_dims reaching the backward as a mis-shaped gradient) stays the Function's error,
+    never 'double backward raises'; a double backward that raises by itself is unsupported."""
+    from examples.rotations import BrokenRotatePoints, rotation_samples
+
+    composed = ["vmap_of_vjp_of_vjp", "vmap_of_jvp_of_vjp"]
+    broken = check(BrokenRotatePoints, rotation_samples, checks=composed)
+    assert {c.status for c in broken.cases} >= {"error"}, [(c.id, c.status) for c in broken.cases]
+    assert not any(refused_in(c.message) for c in broken.cases)
+    assert "double backward raises" not in verdict_line(broken)
+    # the twin, at the rule: the same kind of raise in the same composed check is a refusal
+    # of double backward exactly when double backward alone raises at the sample
+    from harness.engine.refusals import refusal
+    from harness.sources.entries import make_entry
+
+    entry = make_entry(RefusesDoubleBackwardWithVmapRule, samples)
+    try:
+        RefusesDoubleBackwardWithVmapRule.backward(None, torch.ones(2, requires_grad=True))
+    except Exception as e:  # noqa: BLE001 - the raise as the check meets it
+        raised = e
+    assert refused_in(
+        refusal(entry, "vmap_of_vjp_of_vjp", raised, alone=lambda: True)
+    ).startswith("double backward raises")
+    assert refusal(entry, "vmap_of_vjp_of_vjp", raised, alone=lambda: False) == ""
+    # and where nothing claimed is composed, the evidence is not needed
+    assert refused_in(refusal(entry, "vjp_of_vjp", raised, alone=lambda: False))

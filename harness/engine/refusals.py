@@ -32,6 +32,7 @@ from __future__ import annotations
 import linecache
 import re
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from autograd_function_db.entry import VMAP_NONE, Entry
@@ -310,10 +311,19 @@ def capabilities_of(check: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def refusal(entry: Entry, check: str, exc: BaseException) -> str:
+def refusal(
+    entry: Entry,
+    check: str,
+    exc: BaseException,
+    alone: Callable[[], bool | None] | None = None,
+) -> str:
     """The ``unsupported`` message when the Function raised ``exc`` in ``check``, which runs
     it under a transform ``entry`` does not claim; "" otherwise (the exception stays the
-    Function's ``error``, or the suite's ``internal``)."""
+    Function's ``error``, or the suite's ``internal``).
+
+    ``alone`` says whether the Function's double backward raises by itself at the case's
+    sample (``harness.checks.double_backward_alone``): in a check that also runs a transform
+    the Function claims, a raise is a refusal of double backward only where it does."""
     from harness.engine.blame import classify
 
     if not isinstance(exc, Exception) or classify(exc).internal:
@@ -326,6 +336,13 @@ def refusal(entry: Entry, check: str, exc: BaseException) -> str:
         capabilities = tuple(c for c in capabilities if c != DOUBLE_BACKWARD)
     unclaimed = [(c, why) for c in capabilities if (why := not_claimed(entry, c, check))]
     if not unclaimed:
+        return ""
+    if (
+        [c for c, _ in unclaimed] == [DOUBLE_BACKWARD]
+        and len(capabilities) > 1  # composed with a transform the Function claims
+        and alone is not None
+        and alone() is False  # double backward alone runs: the claimed transform raised
+    ):
         return ""
     original: BaseException = exc
     while isinstance(original, FunctionRaised):

@@ -22,6 +22,7 @@ from harness.checks.catalogue import (
     get_check,
     staticmethods_called,
 )
+from harness.checks.double_backward_alone import double_backward_raises
 from harness.checks.layouts import sparse_under_vmap, unbatchable_layout
 from harness.checks.own_nonfinite import own_nonfinite, own_nonfinite_message
 from harness.core import shims
@@ -177,6 +178,7 @@ def _run_case(
     processes = children.at_case_start(nothing_ran_since=last is not None and not others)
     start = time.perf_counter()
     describing = False
+    ctx: CaseContext | None = None  # made in the case; a refusal's evidence reads it
     with (
         watch_user_interrupt() as interrupt,
         capture_output() as printed,
@@ -232,8 +234,11 @@ def _run_case(
                     if isinstance(e, KeyboardInterrupt) and interrupt.seen:
                         raise
                     describing = True  # the Function's __str__ runs here, under the limit
-                    refused = refusal(data.entry, case.check, e) or sparse_under_vmap(
+                    # the layout's reason first: it names the argument torch cannot batch
+                    refused = sparse_under_vmap(
                         case.plan, _sample_args(data, case.sample_index), e
+                    ) or refusal(
+                        data.entry, case.check, e, alone=lambda: double_backward_raises(ctx)
                     )
                     if refused:  # torch refusing a transform the Function never claimed
                         result.status, result.message = UNSUPPORTED, _where(case, refused)

@@ -113,6 +113,7 @@ DEFAULTS: dict[str, Any] = {
     "inplace_args": None,
     "isolate": True,
     "json": None,
+    "jvp": None,
     "junit": None,
     "last_failed": None,
     "markdown": None,
