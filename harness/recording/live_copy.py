@@ -245,10 +245,7 @@ class _Copier:
                 inner = {n: x.detach() for n, x in inner.items()}
                 made = cls.__tensor_unflatten__(inner, meta, t.size(), t.stride())  # type: ignore[attr-defined]
                 if type(made) is cls:
-                    if t.requires_grad:
-                        made.requires_grad_(True)
-                    self.out.rebuilt.append(type_name(t))
-                    return self._remember(t, made)
+                    return self._rebuilt(t, made)
             except Exception:
                 pass
         try:  # a plain subclass: its data viewed as its class, its attributes copied
@@ -258,13 +255,18 @@ class _Copier:
                 for k, x in state.items():
                     object.__setattr__(made, k, self.value(x))
             if type(made) is cls:
-                if t.requires_grad:
-                    made.requires_grad_(True)
-                self.out.rebuilt.append(type_name(t))
-                return self._remember(t, made)
+                return self._rebuilt(t, made)
         except Exception:
             pass
         return self.share(t)
+
+    def _rebuilt(self, t: torch.Tensor, made: torch.Tensor) -> torch.Tensor:
+        """``made``, a subclass tensor rebuilt from ``t``'s data, as ``t``'s copy
+        (``requires_grad`` as it was, named among the rebuilt)."""
+        if t.requires_grad:
+            made.requires_grad_(True)
+        self.out.rebuilt.append(type_name(t))
+        return self._remember(t, made)
 
     def function(self, fn: types.FunctionType) -> types.FunctionType:
         """``fn`` with the values of its closure copied (its globals stay shared); made

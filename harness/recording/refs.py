@@ -73,6 +73,21 @@ def ref_of(cls: type, allowed: frozenset[str]) -> str:
     return f"{module}:{qual}"
 
 
+def split_name(name: Any, what: str, refused: str = "") -> tuple[str, str]:
+    """``module, qualname`` of a recorded ``module:QualName`` (identifiers only), else
+    ``RefError`` naming ``what`` (``refused``: the words after the reason)."""
+    if not isinstance(name, str):
+        raise RefError(f"{what} {name!r} is not module:QualName{refused}")
+    module, sep, qual = name.partition(":")
+    if (
+        not sep
+        or not all(p.isidentifier() for p in module.split("."))
+        or not all(p.isidentifier() for p in qual.split("."))
+    ):
+        raise RefError(f"{what} {name!r} is not module:QualName{refused}")
+    return module, qual
+
+
 def resolve(ref: str, allowed: frozenset[str], what: str = "type") -> Any:
     """The object ``ref`` names, importing its module only inside ``allowed`` (RefError).
 
@@ -80,13 +95,7 @@ def resolve(ref: str, allowed: frozenset[str], what: str = "type") -> Any:
     when a check makes its live values again, its references and tensor subclasses
     (``harness.sources.references``, ``what`` naming them in the message). Attributes are
     looked up in namespaces (``vars``), so no property or descriptor of the module runs."""
-    module, sep, qual = ref.partition(":")
-    if (
-        not sep
-        or not all(p.isidentifier() for p in module.split("."))
-        or not all(p.isidentifier() for p in qual.split("."))
-    ):
-        raise RefError(f"{what} {ref!r} is not module:QualName")
+    module, qual = split_name(ref, what)
     top = top_package(module)
     if top not in allowed or top == "__main__":
         shown = ", ".join(sorted(allowed))

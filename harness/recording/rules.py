@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.recording.live import Ref, Wrapped, placeholders
-from harness.recording.refs import RefError, top_package
+from harness.recording.refs import RefError, split_name, top_package
 
 #: The most entries a recording folder's walk looks at (one tensor file per Function).
 MAX_ENTRIES = 100_000
@@ -41,22 +41,9 @@ def own_packages(targets: Any) -> frozenset[str]:
     return frozenset(out)
 
 
-def _syntax(name: Any, what: str) -> str:
-    if not isinstance(name, str):
-        raise RefError(f"{what} {name!r} is not module:QualName; refused")
-    module, sep, qual = name.partition(":")
-    if (
-        not sep
-        or not all(p.isidentifier() for p in module.split("."))
-        or not all(p.isidentifier() for p in qual.split("."))
-    ):
-        raise RefError(f"{what} {name!r} is not module:QualName; refused")
-    return module
-
-
 def check_reference(target: Any, packages: frozenset[str]) -> None:
     """A reference names an object of the recording's own packages (RefError otherwise)."""
-    module = _syntax(target, "the reference")
+    module = split_name(target, "the reference", "; refused")[0]
     if top_package(module) not in packages or top_package(module) == "__main__":
         raise RefError(
             f"refers to {target!r}, outside the packages whose Functions the recording holds "
@@ -66,7 +53,7 @@ def check_reference(target: Any, packages: frozenset[str]) -> None:
 
 def check_subclass(cls: Any, packages: frozenset[str]) -> None:
     """A wrapper subclass's class lies in torch or the recording's packages (RefError)."""
-    module = _syntax(cls, "the tensor subclass")
+    module = split_name(cls, "the tensor subclass", "; refused")[0]
     if top_package(module) not in packages | {"torch"} or top_package(module) == "__main__":
         raise RefError(
             f"names the tensor subclass {cls!r}, outside torch and the packages whose "
