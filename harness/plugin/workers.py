@@ -30,7 +30,8 @@ def suite_from_config(config: dict[str, Any]) -> Suite:
         from harness.certify.backends import Backend
         from harness.certify.checks import adapt
 
-        entries = adapt(Backend.from_spec(config["backend"]), entries)
+        adapted: list[Any] = adapt(Backend.from_spec(config["backend"]), entries)
+        entries = adapted  # BackendEntry: an Entry as it runs on the backend
     more = None
     recorded = config.get("recorded") or {}
     if recorded.get("replay"):  # live values: made again by re-running their tests

@@ -43,7 +43,11 @@ def _h(
     scale = max(
         1.0,
         max(
-            (float(x.abs()[t != 0].max()) for x, t in zip(primals, moved) if bool((t != 0).any())),
+            (
+                float(x.abs()[t.ne(0)].max())
+                for x, t in zip(primals, moved)
+                if t is not None and bool(t.ne(0).any())
+            ),
             default=0.0,
         ),
     )
