@@ -21,30 +21,18 @@ import torch
 from harness.core.errors import UsageError
 from harness.recording import load_recording, recording, tensorfile
 from tests import recording_functions as rf
+from tests.recording_dir import make_rec_dir, read_doc, write_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def rec_dir(tmp_path, monkeypatch):
-    """A valid recording ``rec`` in the working directory (messages name ``rec/...``)."""
-    monkeypatch.chdir(tmp_path)
-    with recording("rec", program="-m demo"):
-        rf.Scale.apply(torch.arange(6.0).reshape(2, 3).t(), 2.0)
-        rf.Legacy.apply(torch.ones(4), torch.ones(4))
-    return Path("rec")
-
-
-def _doc(rec_dir: Path) -> dict:
-    return json.loads((rec_dir / "recording.json").read_text())
-
-
-def _write_doc(rec_dir: Path, doc: dict) -> None:
-    (rec_dir / "recording.json").write_text(json.dumps(doc))
+    return make_rec_dir(tmp_path, monkeypatch)
 
 
 def _tensor_file(rec_dir: Path, target_suffix: str = "Scale") -> Path:
-    fn = next(f for f in _doc(rec_dir)["functions"] if f["target"].endswith(target_suffix))
+    fn = next(f for f in read_doc(rec_dir)["functions"] if f["target"].endswith(target_suffix))
     return rec_dir / "tensors" / fn["tensors"]
 
 
@@ -93,10 +81,10 @@ def test_a_pickle_payload_as_the_index_is_refused_and_never_run(rec_dir, tmp_pat
 
 
 def test_a_shape_that_disagrees_with_the_tensor_file_is_refused(rec_dir):
-    doc = _doc(rec_dir)
+    doc = read_doc(rec_dir)
     scale = next(f for f in doc["functions"] if f["target"].endswith("Scale"))
     scale["calls"][0]["args"][0]["tensor"]["shape"] = [3, 3]
-    _write_doc(rec_dir, doc)
+    write_doc(rec_dir, doc)
     _refused(rec_dir, "rec/recording.json: functions[1].calls[0]", "shape [3, 3]")
 
 
@@ -122,10 +110,10 @@ def test_a_huge_expand_of_a_small_tensor_is_refused(rec_dir):
     taken on trust."""
     with recording("exp", program="-m demo"):
         rf.Scale.apply(torch.ones(1).expand(5), 2.0)
-    doc = _doc(Path("exp"))
+    doc = read_doc(Path("exp"))
     assert load_recording("exp").functions[0].calls[0].args[0].stride() == (0,)  # the twin
     doc["functions"][0]["calls"][0]["args"][0]["tensor"]["shape"] = [10**12]
-    _write_doc(Path("exp"), doc)
+    write_doc(Path("exp"), doc)
     _refused(Path("exp"), "functions[0].calls[0]", "over the 4294967296-byte limit")
 
 
@@ -153,9 +141,9 @@ def test_overlapping_or_trailing_tensor_data_is_refused(rec_dir):
     ],
 )
 def test_path_traversal_in_file_names_is_refused(rec_dir, name):
-    doc = _doc(rec_dir)
+    doc = read_doc(rec_dir)
     doc["functions"][0]["tensors"] = name
-    _write_doc(rec_dir, doc)
+    write_doc(rec_dir, doc)
     _refused(rec_dir, "rec/recording.json", "functions[0].tensors")
 
 
@@ -200,18 +188,18 @@ def test_a_tensor_file_that_is_a_link_out_of_the_folder_is_refused(rec_dir, tmp_
     ],
 )
 def test_schema_and_consistency_violations_are_refused(rec_dir, plant, words):
-    doc = _doc(rec_dir)
+    doc = read_doc(rec_dir)
     plant(doc)
-    _write_doc(rec_dir, doc)
+    write_doc(rec_dir, doc)
     _refused(rec_dir, "rec/recording.json", words)
 
 
 def test_requires_grad_on_an_integer_tensor_is_refused(rec_dir):
     with recording("ints", program="-m demo"):
         rf.Scale.apply(torch.arange(3), 2)
-    doc = _doc(Path("ints"))
+    doc = read_doc(Path("ints"))
     doc["functions"][0]["calls"][0]["args"][0]["tensor"]["requires_grad"] = True
-    _write_doc(Path("ints"), doc)
+    write_doc(Path("ints"), doc)
     _refused(Path("ints"), "requires_grad on a int64 tensor")
 
 

@@ -21,28 +21,15 @@ import torch
 
 from harness.core.errors import UsageError
 from harness.core.safe_io import InputError, loads, parse_json
-from harness.recording import load_recording, recording, tensorfile
-from tests import recording_functions as rf
+from harness.recording import load_recording, tensorfile
+from tests.recording_dir import make_rec_dir, read_doc, write_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def rec_dir(tmp_path, monkeypatch):
-    """A valid recording ``rec`` in the working directory (messages name ``rec/...``)."""
-    monkeypatch.chdir(tmp_path)
-    with recording("rec", program="-m demo"):
-        rf.Scale.apply(torch.arange(6.0).reshape(2, 3).t(), 2.0)
-        rf.Legacy.apply(torch.ones(4), torch.ones(4))
-    return Path("rec")
-
-
-def _doc(rec_dir: Path) -> dict:
-    return json.loads((rec_dir / "recording.json").read_text())
-
-
-def _write_doc(rec_dir: Path, doc: dict) -> None:
-    (rec_dir / "recording.json").write_text(json.dumps(doc))
+    return make_rec_dir(tmp_path, monkeypatch)
 
 
 def _refused(rec_dir: Path, *words: str) -> str:
@@ -118,10 +105,10 @@ def test_a_tensors_file_instead_of_the_folder_is_one_line(rec_dir):
 
 def _plant_ref(rec_dir: Path, node: dict) -> None:
     """Scale's recorded float option replaced by ``node`` (a reference or a subclass)."""
-    doc = _doc(rec_dir)
+    doc = read_doc(rec_dir)
     fn = next(f for f in doc["functions"] if f["target"].endswith(":Scale"))
     fn["calls"][0]["args"][1] = node
-    _write_doc(rec_dir, doc)
+    write_doc(rec_dir, doc)
 
 
 def _ref(target: str) -> dict:
@@ -189,7 +176,7 @@ def test_a_repeated_key_in_the_index_is_refused(rec_dir):
     text = path.read_text()
     first = text.index('"target": "')
     planted = text[:first] + '"target": "os.path:join",\n  ' + text[first:]
-    assert json.loads(planted) == _doc(rec_dir)  # json itself takes the last: nothing seen
+    assert json.loads(planted) == read_doc(rec_dir)  # json itself takes the last: nothing seen
     path.write_text(planted)
     _refused(rec_dir, "rec/recording.json: an object names the key 'target' twice")
     _one_line_exit_2(_validator(rec_dir), "names the key 'target' twice")
